@@ -1,0 +1,12 @@
+/*
+ * wal_delivery.h: declarations shared by the extension's source files.
+ */
+#ifndef WAL_DELIVERY_H
+#define WAL_DELIVERY_H
+
+#define WAL_DELIVERY_VERSION "0.1"
+
+/* PostgreSQL 15's fmgr.h does not declare it. */
+void _PG_init(void);
+
+#endif

@@ -1,0 +1,173 @@
+/*
+ * options.c: parsing and help text of the wal-worker command line.
+ */
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct
+{
+	const char *name;
+	const char *summary;
+	const char *details;
+} role_help;
+
+static const role_help roles[] = {
+	{"consume", "deliver records from the main topics to their subscribed destinations",
+	 "  --destination NAME   run a dedicated consumer (own consumer group) for one busy\n"
+	 "                       destination; without it, serve every shared destination\n"},
+	{"retry", "deliver records waiting in the retry steps, pausing failing destinations", ""},
+	{"dlq", "copy the DLQ topic into wal_delivery.dead_letters and raise alerts", ""},
+	{"process", "run the processors of topics whose records need processing", ""},
+};
+
+static const char common_help[] =
+	"Common options:\n"
+	"  -d, --db CONNINFO    control-plane database as a libpq conninfo or URI\n"
+	"                       (default: the PGHOST, PGPORT, PGDATABASE, PGUSER environment)\n"
+	"  -X NAME=VALUE        a librdkafka property, passed unchanged (repeatable), e.g.\n"
+	"                       -X bootstrap.servers=127.0.0.1:9092 -X security.protocol=ssl;\n"
+	"                       bootstrap.servers defaults to the control plane's setting\n"
+	"  --admin-port PORT    serve /metrics, /healthz, /readyz and /config on 127.0.0.1:PORT\n"
+	"  --time-scale N       run every delay, pause and probe interval N times faster\n"
+	"                       (tests use 10; default 1)\n"
+	"  -v, --verbose        log debug events too\n"
+	"  -h, --help           this help\n";
+
+bool
+is_known_role(const char *role)
+{
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		if (strcmp(roles[i].name, role) == 0)
+			return true;
+	return false;
+}
+
+void
+print_main_help(void)
+{
+	printf("wal-worker: the delivery workers of wal_delivery\n\n"
+		   "Usage: wal-worker ROLE [OPTIONS]\n\nRoles:\n");
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		printf("  %-9s %s\n", roles[i].name, roles[i].summary);
+	printf("\n%s\nRun 'wal-worker ROLE --help' for a role's own options.\n", common_help);
+}
+
+void
+print_role_help(const char *role)
+{
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+	{
+		if (strcmp(roles[i].name, role) != 0)
+			continue;
+		printf("wal-worker %s: %s\n\nUsage: wal-worker %s [OPTIONS]\n\n", role, roles[i].summary,
+			   role);
+		if (roles[i].details[0] != '\0')
+			printf("Options of %s:\n%s\n", role, roles[i].details);
+		printf("%s", common_help);
+	}
+}
+
+static int
+usage_error(const char *role, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "wal-worker %s: ", role);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'wal-worker %s --help'.\n", role);
+	return 2;
+}
+
+enum
+{
+	OPT_ADMIN_PORT = 256,
+	OPT_TIME_SCALE,
+	OPT_DESTINATION
+};
+
+int
+parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_requested)
+{
+	static const struct option long_options[] = {
+		{"db", required_argument, NULL, 'd'},
+		{"admin-port", required_argument, NULL, OPT_ADMIN_PORT},
+		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+		{"destination", required_argument, NULL, OPT_DESTINATION},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *role = argv[0];
+	int c;
+	char *end;
+
+	memset(opts, 0, sizeof(*opts));
+	opts->role = role;
+	opts->conninfo = "";
+	opts->time_scale = 1.0;
+	*help_requested = false;
+	optind = 1;
+
+	while ((c = getopt_long(argc, argv, "d:X:vh", long_options, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'd':
+				opts->conninfo = optarg;
+				break;
+			case 'X':
+			{
+				char *eq = strchr(optarg, '=');
+
+				if (eq == NULL || eq == optarg)
+					return usage_error(role, "-X needs NAME=VALUE, got '%s'", optarg);
+				if (opts->n_kafka_props == MAX_KAFKA_PROPS)
+					return usage_error(role, "too many -X properties (at most 64), at '%s'", optarg);
+				*eq = '\0';
+				opts->kafka_props[opts->n_kafka_props].name = optarg;
+				opts->kafka_props[opts->n_kafka_props].value = eq + 1;
+				opts->n_kafka_props++;
+				break;
+			}
+			case OPT_ADMIN_PORT:
+			{
+				errno = 0;
+				long port = strtol(optarg, &end, 10);
+
+				if (errno != 0 || *end != '\0' || port < 1 || port > 65535)
+					return usage_error(role, "--admin-port must be a port number 1-65535, got '%s'",
+									   optarg);
+				opts->admin_port = (int) port;
+				break;
+			}
+			case OPT_TIME_SCALE:
+				errno = 0;
+				opts->time_scale = strtod(optarg, &end);
+				if (errno != 0 || *end != '\0' || !(opts->time_scale >= 1.0))
+					return usage_error(role, "--time-scale must be a number >= 1, got '%s'", optarg);
+				break;
+			case OPT_DESTINATION:
+				if (strcmp(role, "consume") != 0)
+					return usage_error(role, "--destination only applies to 'consume'%s", "");
+				if (optarg[0] == '\0')
+					return usage_error(role, "--destination needs a destination name%s", "");
+				opts->destination = optarg;
+				break;
+			case 'v':
+				opts->verbose = true;
+				break;
+			case 'h':
+				*help_requested = true;
+				return 0;
+			default:
+				fprintf(stderr, "Try 'wal-worker %s --help'.\n", role);
+				return 2;
+		}
+	}
+	if (optind < argc)
+		return usage_error(role, "unexpected argument '%s'", argv[optind]);
+	return 0;
+}

@@ -1,0 +1,39 @@
+/*
+ * options.h: the command line every wal-worker role shares (see `wal-worker --help`).
+ *
+ * kafka_props holds the -X name=value pairs exactly as given; they are passed to
+ * librdkafka unchanged, never renamed.
+ */
+#ifndef WAL_OPTIONS_H
+#define WAL_OPTIONS_H
+
+#include <stdbool.h>
+
+#define MAX_KAFKA_PROPS 64
+
+typedef struct
+{
+	const char *name;
+	const char *value;
+} kafka_prop;
+
+typedef struct
+{
+	const char *role;		 /* consume, retry, dlq, process */
+	const char *conninfo;	 /* libpq conninfo; "" means the PG* environment */
+	const char *destination; /* consume --destination NAME: a dedicated consumer */
+	int admin_port;			 /* 0: no admin HTTP server */
+	double time_scale;		 /* every delay is divided by this */
+	bool verbose;
+	int n_kafka_props;
+	kafka_prop kafka_props[MAX_KAFKA_PROPS];
+} worker_options;
+
+/* Returns 0 and fills opts, or prints what is wrong and returns the exit code to use. */
+int parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_requested);
+
+void print_main_help(void);
+void print_role_help(const char *role);
+bool is_known_role(const char *role);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * main.c: the wal-worker binary. Picks the role named by the first argument, parses the
+ * shared options and runs that role until it is told to stop.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/options.h"
+
+int
+main(int argc, char **argv)
+{
+	worker_options opts;
+	bool help_requested;
+	int rc;
+
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+	{
+		print_main_help();
+		return argc < 2 ? 2 : 0;
+	}
+	if (!is_known_role(argv[1]))
+	{
+		fprintf(stderr, "wal-worker: unknown role '%s'\nTry 'wal-worker --help'.\n", argv[1]);
+		return 2;
+	}
+
+	rc = parse_worker_options(argc - 1, argv + 1, &opts, &help_requested);
+	if (rc != 0)
+		return rc;
+	if (help_requested)
+	{
+		print_role_help(opts.role);
+		return 0;
+	}
+
+	log_set_role(opts.role);
+	if (opts.verbose)
+		log_set_min_level(LOG_DEBUG);
+
+	/* The roles land one by one (see the project's issues); until then say so plainly. */
+	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",
+			  opts.role, opts.role);
+	return 3;
+}
