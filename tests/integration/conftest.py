@@ -1,0 +1,114 @@
+"""Fixtures shared by the integration tests: the running environment (tests/env), database
+connections, Kafka clients and sample HTTP destinations. Everything here talks to real
+servers on 127.0.0.1; nothing is mocked."""
+import json
+import os
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = ROOT / "tests" / "env"
+
+
+def load_env():
+    """The environment's settings: from the process (tests/run exports them) or tests/env."""
+    if os.environ.get("PGPORT") and os.environ.get("WAL_ENV_DIR"):
+        return
+    out = subprocess.run([str(ENV), "print"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.exit('no test environment: run eval "$(tests/env up)" or make test', 2)
+    for line in out.stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        os.environ[key] = value.strip("'")
+
+
+load_env()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        pytest.fail("the environment has no Kafka broker (started with --no-kafka?)")
+    return bootstrap
+
+
+def connect(dbname=None, **kw):
+    return psycopg.connect(dbname=dbname or os.environ["PGDATABASE"], autocommit=True, **kw)
+
+
+@pytest.fixture
+def db():
+    with connect() as conn:
+        yield conn
+
+
+@pytest.fixture
+def unique():
+    """A short unique suffix for topic, table and destination names."""
+    return uuid.uuid4().hex[:10]
+
+
+class Destination:
+    """A running tests/destination.py on 127.0.0.1."""
+
+    def __init__(self, tmp_path):
+        self.proc = subprocess.Popen(
+            ["python3", str(ROOT / "tests" / "destination.py"), "--port", "0",
+             "--log", str(tmp_path / "destination.jsonl")],
+            stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"destination did not start: {line!r}")
+        self.url = "http://" + line.split()[-1]
+
+    def control(self, path, value=None):
+        data = None if value is None else json.dumps(value).encode()
+        req = urllib.request.Request(self.url + "/_control/" + path, data=data,
+                                     method="GET" if data is None else "POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def behave(self, **behaviour):
+        self.control("behaviour", behaviour)
+
+    def requests(self, path=""):
+        return self.control("requests?path=" + path if path else "requests")
+
+    def wait_for(self, count, path="", timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            got = self.requests(path)
+            if len(got) >= count:
+                return got
+            time.sleep(0.1)
+        raise AssertionError(f"destination got {len(self.requests(path))} requests, wanted {count}")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def destination(tmp_path):
+    d = Destination(tmp_path)
+    yield d
+    d.stop()
+
+
+def env_cmd(*args, env_dir=None, check=True, timeout=300):
+    env = dict(os.environ)
+    if env_dir:
+        env["WAL_ENV_DIR"] = str(env_dir)
+    return subprocess.run([str(ENV), *args], capture_output=True, text=True, env=env,
+                          check=check, timeout=timeout)
