@@ -1,38 +1,94 @@
 /*
- * wal_delivery.c: the extension's entry point.
+ * wal_delivery.c: the extension's entry point and its settings.
  *
  * _PG_init runs when the library is loaded. Loaded through shared_preload_libraries it
- * is also where later parts register background workers and shared memory; loaded any
- * other way (a plain CREATE EXTENSION on a server without the preload) it still defines
- * its settings so SQL functions work, and says what is missing.
+ * also reserves shared memory and (later) registers the background workers; loaded any
+ * other way (a CREATE EXTENSION on a server without the preload) it still defines its
+ * settings so SQL functions work, and says in the log what is missing.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "relay_wakeup.h"
 #include "wal_delivery.h"
 
 PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(wal_delivery_library_version);
+PG_FUNCTION_INFO_V1(wal_delivery_invoking_role);
+
+/* wal_delivery.force_delete: lets DELETE of a topic or destination drop undelivered rows. */
+bool wal_delivery_force_delete = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+wal_delivery_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	relay_wakeup_request_shmem();
+}
+
+static void
+wal_delivery_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	relay_wakeup_init_shmem();
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomBoolVariable(
+		"wal_delivery.force_delete",
+		"Allows deleting a topic or destination that still has undelivered records.",
+		"The undelivered records of a deleted topic are removed with it. Set it only for "
+		"the transaction that deletes (SET LOCAL).",
+		&wal_delivery_force_delete, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("wal_delivery");
+}
 
 void
 _PG_init(void)
 {
+	define_settings();
+	relay_wakeup_register_xact_callback();
+
 	if (!process_shared_preload_libraries_in_progress)
+	{
 		ereport(LOG,
 				(errmsg("wal_delivery is loaded without shared_preload_libraries"),
 				 errhint("Add wal_delivery to shared_preload_libraries and restart "
 						 "the server so its background workers start.")));
+		return;
+	}
 
-	MarkGUCPrefixReserved("wal_delivery");
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = wal_delivery_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = wal_delivery_shmem_startup;
 }
 
 Datum
 wal_delivery_library_version(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TEXT_P(cstring_to_text(WAL_DELIVERY_VERSION));
+}
+
+/*
+ * The role that called into a SECURITY DEFINER function (current_user there is the
+ * owner), so each outbox row records who enqueued it.
+ */
+Datum
+wal_delivery_invoking_role(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(GetOuterUserId());
 }

@@ -4,7 +4,9 @@
 #ifndef WAL_DELIVERY_H
 #define WAL_DELIVERY_H
 
-#define WAL_DELIVERY_VERSION "0.1"
+#define WAL_DELIVERY_VERSION "0.2"
+
+extern bool wal_delivery_force_delete;
 
 /* PostgreSQL 15's fmgr.h does not declare it. */
 void _PG_init(void);

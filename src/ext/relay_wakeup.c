@@ -1,0 +1,123 @@
+/*
+ * relay_wakeup.c: wake the relay at commit of a transaction that enqueued (see
+ * relay_wakeup.h). One latch set per committed transaction, however many records it
+ * enqueued, so enqueue stays cheap.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+
+#include "relay_wakeup.h"
+#include "wal_delivery.h"
+
+typedef struct RelayWakeupShared
+{
+	slock_t mutex; /* protects relay_latches */
+	Latch *relay_latches[MAX_RELAY_WORKERS];
+	pg_atomic_uint64 commit_wakeups; /* committed transactions that woke the relay */
+} RelayWakeupShared;
+
+static RelayWakeupShared *relay_wakeup = NULL;
+static bool wake_at_commit = false;
+
+PG_FUNCTION_INFO_V1(wal_delivery_wake_relay_at_commit);
+PG_FUNCTION_INFO_V1(wal_delivery_relay_wakeups);
+
+void
+relay_wakeup_request_shmem(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(RelayWakeupShared)));
+}
+
+void
+relay_wakeup_init_shmem(void)
+{
+	bool found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	relay_wakeup = ShmemInitStruct("wal_delivery relay wakeup", sizeof(RelayWakeupShared), &found);
+	if (!found)
+	{
+		SpinLockInit(&relay_wakeup->mutex);
+		memset(relay_wakeup->relay_latches, 0, sizeof(relay_wakeup->relay_latches));
+		pg_atomic_init_u64(&relay_wakeup->commit_wakeups, 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+relay_wakeup_register_latch(int slot, Latch *latch)
+{
+	Assert(slot >= 0 && slot < MAX_RELAY_WORKERS);
+	SpinLockAcquire(&relay_wakeup->mutex);
+	relay_wakeup->relay_latches[slot] = latch;
+	SpinLockRelease(&relay_wakeup->mutex);
+}
+
+static void
+wake_relay_workers(void)
+{
+	Latch *latches[MAX_RELAY_WORKERS];
+
+	SpinLockAcquire(&relay_wakeup->mutex);
+	memcpy(latches, relay_wakeup->relay_latches, sizeof(latches));
+	SpinLockRelease(&relay_wakeup->mutex);
+
+	for (int i = 0; i < MAX_RELAY_WORKERS; i++)
+		if (latches[i] != NULL)
+			SetLatch(latches[i]);
+	pg_atomic_fetch_add_u64(&relay_wakeup->commit_wakeups, 1);
+}
+
+static void
+relay_wakeup_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit && relay_wakeup != NULL)
+				wake_relay_workers();
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+relay_wakeup_register_xact_callback(void)
+{
+	RegisterXactCallback(relay_wakeup_xact_callback, NULL);
+}
+
+/* Called by wal_enqueue: the relay is woken when (and only if) this transaction commits. */
+Datum
+wal_delivery_wake_relay_at_commit(PG_FUNCTION_ARGS)
+{
+	wake_at_commit = true;
+	PG_RETURN_VOID();
+}
+
+/* How many committed transactions have woken the relay since the server started. */
+Datum
+wal_delivery_relay_wakeups(PG_FUNCTION_ARGS)
+{
+	if (relay_wakeup == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("wal_delivery is not in shared_preload_libraries"),
+				 errhint("Add wal_delivery to shared_preload_libraries and restart the server.")));
+	PG_RETURN_INT64((int64) pg_atomic_read_u64(&relay_wakeup->commit_wakeups));
+}

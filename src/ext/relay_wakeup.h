@@ -1,0 +1,23 @@
+/*
+ * relay_wakeup.h: waking the relay when a transaction that enqueued records commits.
+ *
+ * "Wakeup" here means setting the latch of every registered relay worker. A backend
+ * marks its transaction when it enqueues; the wakeup happens once, at commit, and never
+ * for a transaction that aborts. The shared counter of commit wakeups lets tests and
+ * operators see that it happened.
+ */
+#ifndef RELAY_WAKEUP_H
+#define RELAY_WAKEUP_H
+
+#include "storage/latch.h"
+
+#define MAX_RELAY_WORKERS 16
+
+void relay_wakeup_request_shmem(void);
+void relay_wakeup_init_shmem(void);
+void relay_wakeup_register_xact_callback(void);
+
+/* Called by relay workers (see the relay) to receive wakeups at the given slot. */
+void relay_wakeup_register_latch(int slot, Latch *latch);
+
+#endif
