@@ -5,3 +5,20 @@ SELECT 'wal_delivery' = ANY (string_to_array(current_setting('shared_preload_lib
     AS preloaded;
 -- Its settings prefix is reserved: a misspelt setting is refused, not silently kept.
 SET wal_delivery.no_such_setting = 1;
+
+-- Helper for the tests that follow: runs a statement and shows its SQLSTATE, message
+-- and hint, or 'ok'. The statement runs in a subtransaction, so a refused one leaves
+-- nothing behind, which the tests then check.
+CREATE SCHEMA regress;
+GRANT USAGE ON SCHEMA regress TO PUBLIC;
+CREATE FUNCTION regress.try(cmd text) RETURNS TABLE (sqlstate text, message text, hint text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s text; m text; h text;
+BEGIN
+    EXECUTE cmd;
+    RETURN QUERY SELECT 'ok'::text, NULL::text, NULL::text;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT, h = PG_EXCEPTION_HINT;
+    RETURN QUERY SELECT s, m, nullif(h, '');
+END $$;

@@ -115,6 +115,17 @@ CREATE TABLE wal_delivery.destination_secrets (
     signing_secret text NOT NULL CHECK (length(signing_secret) >= 16)
 );
 
+CREATE FUNCTION wal_delivery.check_destination_secret() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.signing_secret IS NULL OR length(NEW.signing_secret) < 16 THEN
+        PERFORM wal_delivery.refuse_setting(format('signing_secret of destination "%s" must be at least 16 characters', NEW.destination),
+            coalesce(length(NEW.signing_secret)::text || ' characters', 'NULL'),
+            'Use a random secret of 24 bytes or more, e.g. ''whsec_'' || encode(gen_random_bytes(24), ''base64'') from pgcrypto.');
+    END IF;
+    RETURN NEW;
+END $$;
+
 CREATE TABLE wal_delivery.subscriptions (
     topic text NOT NULL REFERENCES wal_delivery.topics ON DELETE CASCADE ON UPDATE CASCADE,
     destination text NOT NULL REFERENCES wal_delivery.destinations ON DELETE CASCADE ON UPDATE CASCADE,
@@ -133,7 +144,7 @@ BEGIN
     END IF;
     IF NEW.acks IS NULL OR NEW.acks NOT IN (-1, 1) THEN
         PERFORM wal_delivery.refuse_setting(format('acks of topic "%s" must be -1 (all in-sync replicas) or 1 (leader only)', NEW.name),
-            NEW.acks::text, 'acks 0 is refused: nothing would wait for Kafka, which breaks "durable after ack". Use -1 unless losing records on a leader crash is acceptable.');
+            NEW.acks::text, 'Use -1 (the default), or 1 for a topic that may lose records on a leader crash. 0 is refused: nothing would wait for Kafka, which breaks "durable after ack".');
     END IF;
     IF NEW.partitions IS NULL OR NEW.partitions < 1 THEN
         PERFORM wal_delivery.refuse_setting(format('partitions of topic "%s" must be at least 1', NEW.name), NEW.partitions::text, 'Use 1 or more partitions.');
@@ -242,6 +253,8 @@ END $$;
 
 CREATE TRIGGER check_destination BEFORE INSERT OR UPDATE ON wal_delivery.destinations
     FOR EACH ROW EXECUTE FUNCTION wal_delivery.check_destination();
+CREATE TRIGGER check_destination_secret BEFORE INSERT OR UPDATE ON wal_delivery.destination_secrets
+    FOR EACH ROW EXECUTE FUNCTION wal_delivery.check_destination_secret();
 
 -- Names the missing side of a subscription instead of a bare foreign-key error.
 CREATE FUNCTION wal_delivery.check_subscription() RETURNS trigger
@@ -289,7 +302,7 @@ CREATE TRIGGER check_settings BEFORE INSERT OR UPDATE ON wal_delivery.settings
 -- Every committed change to the control plane gets a new version; NOTIFY is delivered
 -- at commit only, so a rolled-back change tells nobody.
 CREATE FUNCTION wal_delivery.bump_config_version() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v bigint;
 BEGIN
@@ -366,7 +379,7 @@ CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination)
 
 -- Deleting a topic or destination must not silently drop records still on their way.
 CREATE FUNCTION wal_delivery.refuse_delete_with_undelivered() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     undelivered bigint;
     dead bigint := 0;
@@ -519,7 +532,7 @@ BEGIN
                   HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
     END IF;
     IF p_payloads IS NULL OR array_ndims(p_payloads) > 1 THEN
-        RAISE EXCEPTION 'payloads must be a one-dimensional array'
+        RAISE EXCEPTION 'payloads must be a one-dimensional array, not %', CASE WHEN p_payloads IS NULL THEN 'NULL' ELSE 'a matrix' END
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass ARRAY[...] with one payload per record.';
     END IF;
     IF (p_idempotency_keys IS NOT NULL AND cardinality(p_idempotency_keys) <> n)
@@ -530,7 +543,8 @@ BEGIN
     END IF;
     bad := array_position(p_payloads, NULL);
     IF bad IS NOT NULL THEN
-        RAISE EXCEPTION 'payload % of the batch is NULL (topic "%")', bad, p_topic USING ERRCODE = 'null_value_not_allowed';
+        RAISE EXCEPTION 'payload % of the batch is NULL (topic "%")', bad, p_topic
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Enqueue an empty JSON object or empty bytes if a record has no body.';
     END IF;
     SELECT i INTO bad FROM generate_subscripts(p_payloads, 1) i
      WHERE octet_length(p_payloads[i]) > t.max_payload_bytes LIMIT 1;
@@ -575,7 +589,7 @@ CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads jsonb[], idemp
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT wal_delivery.enqueue_payload_batch(
-        topic, ARRAY(SELECT convert_to(p::text, 'UTF8') FROM unnest(payloads) p),
+        topic, CASE WHEN payloads IS NOT NULL THEN ARRAY(SELECT convert_to(p::text, 'UTF8') FROM unnest(payloads) p) END,
         'application/json', idempotency_keys, keys, headers)
 $$;
 
@@ -590,7 +604,7 @@ CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads text[], idempo
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT wal_delivery.enqueue_payload_batch(
-        topic, ARRAY(SELECT convert_to(p, 'UTF8') FROM unnest(payloads) p),
+        topic, CASE WHEN payloads IS NOT NULL THEN ARRAY(SELECT convert_to(p, 'UTF8') FROM unnest(payloads) p) END,
         'text/plain; charset=utf-8', idempotency_keys, keys, headers)
 $$;
 

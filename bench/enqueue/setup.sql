@@ -1,0 +1,52 @@
+-- bench/enqueue/setup.sql: the schema for bench/enqueue/run (a fresh database).
+CREATE EXTENSION wal_delivery;
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas, partitions)
+VALUES ('bench.events', 1, 1, 1);
+
+-- The application's own table, written in the same transaction as the record.
+CREATE TABLE orders (
+    id bigserial PRIMARY KEY,
+    customer int NOT NULL,
+    amount numeric NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The baseline: the outbox's shape, indexes (partial ones too) and storage parameters.
+CREATE TABLE bench_baseline_outbox (LIKE wal_delivery.outbox INCLUDING ALL);
+DO $$
+DECLARE opts text[] := (SELECT reloptions FROM pg_class WHERE oid = 'wal_delivery.outbox'::regclass);
+BEGIN
+    IF opts IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE bench_baseline_outbox SET (%s)', array_to_string(opts, ', '));
+    END IF;
+END $$;
+
+-- A ~500-byte order event, varied by its arguments; the same function feeds every
+-- workload, so the outbox and the baseline receive the same bytes.
+CREATE FUNCTION bench_payload(order_id bigint, customer int, amount int, r bigint) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'event', 'order.created', 'order_id', order_id, 'customer_id', customer,
+        'amount', amount / 100.0, 'currency', 'EUR', 'channel', 'web',
+        'items', jsonb_build_array(
+            jsonb_build_object('sku', 'SKU-' || r % 100000, 'qty', 1 + r % 5, 'price', (r % 10000) / 100.0),
+            jsonb_build_object('sku', 'SKU-' || r % 99991, 'qty', 1 + r % 3, 'price', (r % 7919) / 100.0)),
+        'shipping', jsonb_build_object('name', md5(r::text), 'street', md5((r + 1)::text),
+                                       'city', left(md5((r + 2)::text), 12), 'zip', (r % 90000 + 10000)::text),
+        'trace_id', md5((r + 3)::text), 'note', md5((r + 4)::text))
+$$;
+
+-- The same index definitions (less the names) and storage parameters on both tables.
+CREATE FUNCTION bench_table_shape(t regclass) RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce((SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = t), '') || ' | ' ||
+           (SELECT string_agg(d, '; ' ORDER BY d)
+              FROM (SELECT regexp_replace(pg_get_indexdef(indexrelid), ' INDEX \S+ ON \S+', ' INDEX ON') AS d
+                      FROM pg_index WHERE indrelid = t) s)
+$$;
+DO $$
+BEGIN
+    IF bench_table_shape('wal_delivery.outbox') IS DISTINCT FROM bench_table_shape('bench_baseline_outbox') THEN
+        RAISE EXCEPTION 'bench_baseline_outbox differs from wal_delivery.outbox: % vs %',
+            bench_table_shape('bench_baseline_outbox'), bench_table_shape('wal_delivery.outbox');
+    END IF;
+END $$;

@@ -1,0 +1,56 @@
+-- Roles: the writer may only enqueue and read its own records' status; the admin runs
+-- the control plane; secrets are readable by neither the writer nor PUBLIC; every
+-- SECURITY DEFINER function pins its search_path.
+\pset format unaligned
+\pset fieldsep ' | '
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas) VALUES ('sec.events', 1, 1);
+INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('sec-dest', 'https://example.test/hook');
+INSERT INTO wal_delivery.destination_secrets VALUES ('sec-dest', 'whsec_0123456789abcdef');
+CREATE ROLE regress_app LOGIN IN ROLE wal_delivery_writer;
+CREATE ROLE regress_other_app LOGIN IN ROLE wal_delivery_writer;
+CREATE ROLE regress_ops LOGIN IN ROLE wal_delivery_admin;
+CREATE ROLE regress_nobody LOGIN;
+
+SET ROLE regress_app;
+SELECT wal_enqueue('sec.events', '{"by": "app"}'::jsonb, 'sec-1') IS NOT NULL AS app_enqueued;
+SELECT wal_enqueue_batch('sec.events', ARRAY['{"by": "app"}']::jsonb[], ARRAY['sec-2']) IS NOT NULL AS app_batch;
+SELECT topic, idempotency_key, state FROM wal_delivery.my_records ORDER BY idempotency_key;
+SELECT * FROM regress.try('SELECT count(*) FROM wal_delivery.outbox');
+SELECT * FROM regress.try('SELECT signing_secret FROM wal_delivery.destination_secrets');
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('sec.mine')$$);
+SELECT * FROM regress.try('SELECT * FROM wal_delivery.claim_ready_to_ship(1)');
+SELECT * FROM regress.try('SELECT count(*) FROM wal_delivery.dead_letters');
+RESET ROLE;
+
+SET ROLE regress_other_app;
+SELECT wal_enqueue('sec.events', '{"by": "other"}'::jsonb, 'sec-3') IS NOT NULL AS other_enqueued;
+SELECT idempotency_key FROM wal_delivery.my_records ORDER BY idempotency_key;
+RESET ROLE;
+
+SET ROLE regress_nobody;
+SELECT * FROM regress.try($$SELECT wal_enqueue('sec.events', '{}'::jsonb)$$);
+SELECT * FROM regress.try('SELECT signing_secret FROM wal_delivery.destination_secrets');
+SELECT * FROM regress.try('SELECT * FROM wal_delivery.topics');
+RESET ROLE;
+
+SET ROLE regress_ops;
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas) VALUES ('sec.ops', 1, 1)$$);
+SELECT signing_secret FROM wal_delivery.destination_secrets;
+SELECT count(*) AS outbox_rows FROM wal_delivery.outbox WHERE topic = 'sec.events';
+SELECT topic, records FROM wal_delivery.backlog WHERE topic = 'sec.events';
+RESET ROLE;
+
+-- Every SECURITY DEFINER function of the extension sets search_path.
+SELECT p.oid::regprocedure AS definer_without_search_path
+  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'wal_delivery')
+   AND p.prosecdef AND NOT coalesce(p.proconfig::text LIKE '%search_path%', false);
+SELECT count(*) > 0 AS has_definer_functions FROM pg_proc p
+  JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'wal_delivery') AND p.prosecdef;
+-- PUBLIC holds no privilege on any of the extension's tables.
+SELECT c.relname FROM pg_class c, aclexplode(c.relacl) a
+ WHERE c.relnamespace = 'wal_delivery'::regnamespace AND a.grantee = 0;
+
+DROP OWNED BY regress_app, regress_other_app, regress_ops, regress_nobody;
+DROP ROLE regress_app, regress_other_app, regress_ops, regress_nobody;
