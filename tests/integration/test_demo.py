@@ -17,6 +17,10 @@ def test_demo_runs_end_to_end_and_stops_cleanly():
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         for i in (1, 2, 3):
             assert f'value={{"order_id": {i}, "event": "created"}}' in out.stdout
+        # The outbox part: committed records are pending in the outbox, the rolled-back one is not.
+        for key in ("order-1-created", "order-2-created", "order-2-paid"):
+            assert f"| {key} " in out.stdout
+        assert "order-3-created" not in out.stdout
         assert "make demo-stop" in out.stdout
     finally:
         subprocess.run([str(ROOT / "demo" / "stop")], env=env, capture_output=True, timeout=120)
