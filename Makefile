@@ -15,6 +15,7 @@ REGRESS_OPTS = --load-extension=wal_delivery
 # partial initialiser trips.
 PG_CFLAGS  = -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 PG_CPPFLAGS = -Isrc/ext
+SHLIB_LINK = -lrdkafka
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -2,7 +2,7 @@
  * wal_delivery.c: the extension's entry point and its settings.
  *
  * _PG_init runs when the library is loaded. Loaded through shared_preload_libraries it
- * also reserves shared memory and (later) registers the background workers; loaded any
+ * also reserves shared memory and registers the relay background workers; loaded any
  * other way (a CREATE EXTENSION on a server without the preload) it still defines its
  * settings so SQL functions work, and says in the log what is missing.
  */
@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "relay.h"
 #include "relay_wakeup.h"
 #include "wal_delivery.h"
 
@@ -53,6 +54,7 @@ define_settings(void)
 		"The undelivered records of a deleted topic are removed with it. Set it only for "
 		"the transaction that deletes (SET LOCAL).",
 		&wal_delivery_force_delete, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	define_relay_settings();
 	MarkGUCPrefixReserved("wal_delivery");
 }
 
@@ -75,6 +77,7 @@ _PG_init(void)
 	shmem_request_hook = wal_delivery_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = wal_delivery_shmem_startup;
+	register_relay_workers();
 }
 
 Datum

@@ -1,0 +1,274 @@
+/*
+ * kafka_producer.c: create, use and drain the relay's producers (see kafka_producer.h).
+ *
+ * Every librdkafka callback here is served by rd_kafka_poll/flush on the relay's own
+ * thread (logs are routed to the main queue), so they may use palloc and elog.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/jsonb.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/timestamp.h"
+
+#include "kafka_producer.h"
+
+static rd_kafka_t *producer_all = NULL;
+static rd_kafka_t *producer_leader = NULL;
+static int deliveries_waiting = 0;
+
+static void
+on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+	KafkaDelivery *delivery = (KafkaDelivery *) msg->_private;
+
+	delivery->reported = true;
+	delivery->err = msg->err;
+	delivery->status = rd_kafka_message_status(msg);
+	deliveries_waiting--;
+}
+
+static void
+on_log(const rd_kafka_t *rk, int level, const char *facility, const char *message)
+{
+	/* syslog levels: 0-4 are emergency to warning */
+	ereport(level <= 4 ? LOG : DEBUG1,
+			(errmsg("wal_delivery relay: librdkafka %s: %s", facility, message)));
+}
+
+static void
+on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	ereport(DEBUG1, (errmsg("wal_delivery relay: Kafka error: %s", reason)));
+}
+
+static bool
+set_property(rd_kafka_conf_t *conf, const char *name, const char *value, char *errbuf,
+			 size_t errbuf_size)
+{
+	char rderr[512];
+
+	if (rd_kafka_conf_set(conf, name, value, rderr, sizeof(rderr)) != RD_KAFKA_CONF_OK)
+	{
+		snprintf(errbuf, errbuf_size, "librdkafka property %s=%s: %s", name, value, rderr);
+		return false;
+	}
+	return true;
+}
+
+/* Applies "name=value;name=value" from wal_delivery.kafka_properties, unchanged. */
+static bool
+set_passthrough_properties(rd_kafka_conf_t *conf, const char *properties, char *errbuf,
+						   size_t errbuf_size)
+{
+	char *copy = pstrdup(properties ? properties : "");
+	char *save = NULL;
+
+	for (char *item = strtok_r(copy, ";", &save); item != NULL; item = strtok_r(NULL, ";", &save))
+	{
+		char *eq;
+		char *name = item;
+
+		while (*name == ' ')
+			name++;
+		if (*name == '\0')
+			continue;
+		eq = strchr(name, '=');
+		if (eq == NULL || eq == name)
+		{
+			snprintf(errbuf, errbuf_size,
+					 "wal_delivery.kafka_properties item \"%s\" is not name=value", name);
+			return false;
+		}
+		*eq = '\0';
+		if (!set_property(conf, name, eq + 1, errbuf, errbuf_size))
+			return false;
+	}
+	return true;
+}
+
+static rd_kafka_t *
+create_producer(const char *bootstrap, const char *properties, int delivery_timeout_ms,
+				bool idempotent, char *errbuf, size_t errbuf_size)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char timeout[32];
+	rd_kafka_t *rk;
+
+	snprintf(timeout, sizeof(timeout), "%d", delivery_timeout_ms);
+	if (!set_property(conf, "bootstrap.servers", bootstrap, errbuf, errbuf_size) ||
+		!set_property(conf, "client.id", "wal_delivery_relay", errbuf, errbuf_size) ||
+		!set_property(conf, "message.timeout.ms", timeout, errbuf, errbuf_size) ||
+		!set_property(conf, "log.queue", "true", errbuf, errbuf_size) ||
+		!set_property(conf, "enable.idempotence", idempotent ? "true" : "false", errbuf,
+					  errbuf_size) ||
+		!set_property(conf, "acks", idempotent ? "all" : "1", errbuf, errbuf_size) ||
+		!set_passthrough_properties(conf, properties, errbuf, errbuf_size))
+	{
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+	if (rk == NULL)
+		return NULL; /* rd_kafka_new destroyed conf */
+	rd_kafka_set_log_queue(rk, NULL);
+	return rk;
+}
+
+bool
+kafka_producers_create(const char *bootstrap, const char *properties, int delivery_timeout_ms,
+					   char *errbuf, size_t errbuf_size)
+{
+	producer_all = create_producer(bootstrap, properties, delivery_timeout_ms, true, errbuf,
+								   errbuf_size);
+	if (producer_all == NULL)
+		return false;
+	producer_leader = create_producer(bootstrap, properties, delivery_timeout_ms, false, errbuf,
+									  errbuf_size);
+	if (producer_leader == NULL)
+	{
+		rd_kafka_destroy(producer_all);
+		producer_all = NULL;
+		return false;
+	}
+	deliveries_waiting = 0;
+	return true;
+}
+
+bool
+kafka_producers_exist(void)
+{
+	return producer_all != NULL;
+}
+
+void
+kafka_producers_destroy(int flush_timeout_ms)
+{
+	if (producer_all == NULL)
+		return;
+	rd_kafka_flush(producer_all, flush_timeout_ms);
+	rd_kafka_flush(producer_leader, flush_timeout_ms);
+	rd_kafka_destroy(producer_all);
+	rd_kafka_destroy(producer_leader);
+	producer_all = producer_leader = NULL;
+}
+
+/* Adds the record's own headers (a JSON object of strings) to hdrs. */
+static void
+add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
+{
+	Jsonb *jb;
+	JsonbIterator *it;
+	JsonbValue v;
+	JsonbIteratorToken tok;
+	char *name = NULL;
+
+	if (headers_json == NULL)
+		return;
+	jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(headers_json)));
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			name = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE && name != NULL && v.type == jbvString)
+			rd_kafka_header_add(hdrs, name, -1, v.val.string.val, v.val.string.len);
+	}
+}
+
+rd_kafka_resp_err_t
+kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery)
+{
+	rd_kafka_t *rk = record->acks == 1 ? producer_leader : producer_all;
+	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
+	char outbox_id[32];
+	rd_kafka_resp_err_t err;
+
+	snprintf(outbox_id, sizeof(outbox_id), INT64_FORMAT, delivery->outbox_id);
+	rd_kafka_header_add(hdrs, "idempotency-key", -1, record->idempotency_key, -1);
+	rd_kafka_header_add(hdrs, "outbox-id", -1, outbox_id, -1);
+	rd_kafka_header_add(hdrs, "source-topic", -1, record->topic, -1);
+	rd_kafka_header_add(hdrs, "content-type", -1, record->content_type, -1);
+	rd_kafka_header_add(hdrs, "created-at", -1, record->created_at, -1);
+	add_json_headers(hdrs, record->headers_json);
+
+	delivery->reported = false;
+	for (;;)
+	{
+		err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(record->topic),
+								RD_KAFKA_V_VALUE((void *) record->value, record->value_len),
+								RD_KAFKA_V_KEY(record->key, record->key ? strlen(record->key) : 0),
+								RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								RD_KAFKA_V_OPAQUE(delivery), RD_KAFKA_V_END);
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			break;
+		/* The local queue is full: serve reports to make room, then try again. */
+		rd_kafka_poll(rk, 100);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+		return err;
+	}
+	deliveries_waiting++;
+	return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void
+kafka_wait_for_deliveries(int timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	while (deliveries_waiting > 0 && GetCurrentTimestamp() < deadline)
+	{
+		rd_kafka_poll(producer_all, 50);
+		rd_kafka_poll(producer_leader, 0);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (deliveries_waiting > 0)
+	{
+		/*
+		 * Out of time (a shutdown, or a report later than message.timeout.ms): purge what
+		 * is left so every delivery gets its report now, before the caller frees them.
+		 * A purged in-flight message may still land in Kafka; it is not marked stored, so
+		 * it is sent again later (at least once).
+		 */
+		rd_kafka_purge(producer_all, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_purge(producer_leader, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 10000);
+		while (deliveries_waiting > 0 && GetCurrentTimestamp() < deadline)
+		{
+			rd_kafka_poll(producer_all, 10);
+			rd_kafka_poll(producer_leader, 10);
+		}
+		if (deliveries_waiting > 0)
+		{
+			/* Reports could still write into this batch: start over as a new process. */
+			ereport(LOG, (errmsg("wal_delivery relay: %d deliveries got no report after a purge; restarting",
+								 deliveries_waiting)));
+			proc_exit(1);
+		}
+	}
+	/* Logs and errors that arrived meanwhile. */
+	rd_kafka_poll(producer_all, 0);
+	rd_kafka_poll(producer_leader, 0);
+}
+
+bool
+kafka_reachable(int timeout_ms)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err = rd_kafka_metadata(producer_all, 0, NULL, &md, timeout_ms);
+
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_poll(producer_all, 0);
+	return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+}

@@ -1,0 +1,50 @@
+/*
+ * kafka_producer.h: the relay's librdkafka producers.
+ *
+ * Two producers, because acks is per producer for an idempotent one: "all" is
+ * idempotent with acks=all (topics with acks -1), "leader" has acks=1 (topics that
+ * allow it). A delivery is one produced outbox row; its report arrives only from
+ * kafka_wait_for_deliveries(), on the caller's thread.
+ */
+#ifndef KAFKA_PRODUCER_H
+#define KAFKA_PRODUCER_H
+
+#include <librdkafka/rdkafka.h>
+
+typedef struct KafkaDelivery
+{
+	int64 outbox_id;
+	bool reported;
+	rd_kafka_resp_err_t err;
+	rd_kafka_msg_status_t status; /* only PERSISTED counts as stored */
+} KafkaDelivery;
+
+typedef struct KafkaRecord
+{
+	const char *topic;
+	int acks; /* -1 or 1 */
+	const char *key;
+	const char *value;
+	size_t value_len;
+	const char *idempotency_key;
+	const char *content_type;
+	const char *created_at;
+	const char *headers_json; /* extra headers: a JSON object of strings, or NULL */
+} KafkaRecord;
+
+/* Creates both producers from the settings; false with errbuf filled when it cannot. */
+bool kafka_producers_create(const char *bootstrap, const char *properties, int delivery_timeout_ms,
+							char *errbuf, size_t errbuf_size);
+void kafka_producers_destroy(int flush_timeout_ms);
+bool kafka_producers_exist(void);
+
+/* Queues one record; its report lands in *delivery. Returns a local error, or 0. */
+rd_kafka_resp_err_t kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery);
+
+/* Serves reports until every queued delivery has one or timeout_ms passed. */
+void kafka_wait_for_deliveries(int timeout_ms);
+
+/* True when a broker answered a metadata request within timeout_ms. */
+bool kafka_reachable(int timeout_ms);
+
+#endif

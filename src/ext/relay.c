@@ -1,0 +1,464 @@
+/*
+ * relay.c: the background workers that ship the outbox to Kafka.
+ *
+ * A pass claims a batch of ready rows (SKIP LOCKED, so relays side by side never share
+ * a row), produces each with its headers, waits for every delivery report, and in the
+ * same transaction marks stored exactly the rows whose report says persisted. Anything
+ * else stays unshipped: deferred with a backoff, or dead when Kafka can never take it.
+ * A crash at any point leaves the claimed rows unmarked, so they are sent again.
+ *
+ * Words: a "pass" is one claim-produce-mark transaction; "backoff" is how long the relay
+ * waits, and deferred rows stay unclaimable, after a pass that could not ship everything.
+ * Relay 0 also runs the maintenance (lease expiry, purge of finished rows).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "kafka_producer.h"
+#include "relay.h"
+#include "relay_wakeup.h"
+#include "wal_delivery.h"
+
+/* Settings (see define_relay_settings). */
+char *wal_delivery_database = NULL;
+int wal_delivery_relay_workers = 1;
+static char *kafka_bootstrap_servers = NULL;
+static char *kafka_properties = NULL;
+static int relay_batch_size = 500;
+static int relay_idle_interval_ms = 1000;
+static int relay_delivery_timeout_ms = 30000;
+static int relay_max_backoff_ms = 60000;
+static int relay_shutdown_flush_ms = 5000;
+static int maintenance_interval_ms = 10000;
+
+typedef enum
+{
+	RELAY_SHIPPING,
+	RELAY_KAFKA_DOWN,
+	RELAY_NOT_CONFIGURED,
+	RELAY_NO_EXTENSION
+} RelayState;
+
+typedef struct PassResult
+{
+	int claimed;
+	int stored;
+	int deferred;
+	int unshippable;
+	bool extension_missing;
+} PassResult;
+
+static RelayState relay_state = RELAY_SHIPPING;
+
+void
+define_relay_settings(void)
+{
+	DefineCustomStringVariable("wal_delivery.database", "Database the relay workers connect to.",
+							   "The database where CREATE EXTENSION wal_delivery ran.",
+							   &wal_delivery_database, "postgres", PGC_POSTMASTER, 0, NULL, NULL,
+							   NULL);
+	DefineCustomIntVariable("wal_delivery.relay_workers", "Number of relay background workers.",
+							"0 disables the relay.", &wal_delivery_relay_workers, 1, 0,
+							MAX_RELAY_WORKERS, PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("wal_delivery.kafka_bootstrap_servers",
+							   "Kafka bootstrap servers (host:port,...) for the relay.", NULL,
+							   &kafka_bootstrap_servers, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable(
+		"wal_delivery.kafka_properties",
+		"librdkafka properties for the relay, passed unchanged: name=value;name=value.",
+		"For security, SASL, TLS, compression, linger and the like, e.g. "
+		"'security.protocol=ssl;compression.type=lz4'.",
+		&kafka_properties, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_batch_size", "Rows one relay pass claims.", NULL,
+							&relay_batch_size, 500, 1, 100000, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_idle_interval",
+							"How long an idle relay sleeps when no commit wakes it.", NULL,
+							&relay_idle_interval_ms, 1000, 10, 600000, PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_delivery_timeout",
+							"How long a record may wait for Kafka's acknowledgement in one pass "
+							"(librdkafka message.timeout.ms).",
+							NULL, &relay_delivery_timeout_ms, 30000, 1000, 3600000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_max_backoff",
+							"Longest wait between passes while Kafka fails.", NULL,
+							&relay_max_backoff_ms, 60000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_shutdown_flush",
+							"How long a stopping relay waits for outstanding acknowledgements.",
+							NULL, &relay_shutdown_flush_ms, 5000, 0, 60000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.maintenance_interval",
+							"How often relay 0 expires processing leases and purges finished rows.",
+							NULL, &maintenance_interval_ms, 10000, 100, 3600000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+}
+
+void
+register_relay_workers(void)
+{
+	BackgroundWorker worker;
+
+	for (int i = 0; i < wal_delivery_relay_workers; i++)
+	{
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = 5; /* a crashed relay comes back after 5 s */
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "wal_delivery");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "wal_delivery_relay_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "wal_delivery relay %d", i);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "wal_delivery relay");
+		worker.bgw_main_arg = Int32GetDatum(i);
+		RegisterBackgroundWorker(&worker);
+	}
+}
+
+/* Logs only when the state changes, so an outage is one line, not one per pass. */
+static void
+enter_state(RelayState state, const char *detail)
+{
+	static const char *const names[] = {"shipping", "Kafka unreachable", "not configured",
+										"extension not installed"};
+
+	if (state == relay_state)
+		return;
+	ereport(LOG, (errmsg("wal_delivery relay: %s", names[state]),
+				  detail ? errdetail_internal("%s", detail) : 0));
+	relay_state = state;
+}
+
+static Datum
+int8_array(int64 *values, int n)
+{
+	Datum *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(values[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+static void
+spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values)
+{
+	int rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+}
+
+/* Kafka will never take these: the record is too large or the topic unusable. */
+static bool
+is_unshippable(rd_kafka_resp_err_t err)
+{
+	switch (err)
+	{
+		case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+		case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+		case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+		case RD_KAFKA_RESP_ERR__INVALID_ARG:
+			return true;
+		default:
+			return false;
+	}
+}
+
+static const char claim_sql[] =
+	"SELECT c.id, c.topic, c.idempotency_key, c.message_key, c.headers::text, c.content_type,"
+	"       c.payload, to_char(c.created_at AT TIME ZONE 'UTC', "
+	"                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), t.acks"
+	"  FROM wal_delivery.claim_ready_to_ship($1) c"
+	"  LEFT JOIN wal_delivery.topics t ON t.name = c.topic";
+
+/* Produces every claimed row and sorts the outcomes; runs inside the pass transaction. */
+static void
+ship_claimed_rows(PassResult *result, int backoff_ms)
+{
+	int n = (int) SPI_processed;
+	SPITupleTable *tt = SPI_tuptable;
+	KafkaDelivery *deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
+	int64 *stored = palloc(sizeof(int64) * Max(n, 1));
+	int64 *deferred = palloc(sizeof(int64) * Max(n, 1));
+	bool *topic_missing = palloc0(sizeof(bool) * Max(n, 1));
+	const char *defer_reason = NULL;
+	int wait_ms;
+
+	result->claimed = n;
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple tup = tt->vals[i];
+		TupleDesc desc = tt->tupdesc;
+		bool isnull;
+		bytea *payload;
+		KafkaRecord rec;
+		rd_kafka_resp_err_t err;
+
+		deliveries[i].outbox_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		rec.topic = SPI_getvalue(tup, desc, 2);
+		rec.idempotency_key = SPI_getvalue(tup, desc, 3);
+		rec.key = SPI_getvalue(tup, desc, 4);
+		rec.headers_json = SPI_getvalue(tup, desc, 5);
+		rec.content_type = SPI_getvalue(tup, desc, 6);
+		payload = DatumGetByteaPP(SPI_getbinval(tup, desc, 7, &isnull));
+		rec.value = VARDATA_ANY(payload);
+		rec.value_len = VARSIZE_ANY_EXHDR(payload);
+		rec.created_at = SPI_getvalue(tup, desc, 8);
+		rec.acks = DatumGetInt16(SPI_getbinval(tup, desc, 9, &isnull));
+		if (isnull)
+		{
+			/* The topic was deleted (forced) after this row was enqueued. */
+			topic_missing[i] = true;
+			continue;
+		}
+		err = kafka_produce(&rec, &deliveries[i]);
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			deliveries[i].reported = true;
+			deliveries[i].err = err;
+			deliveries[i].status = RD_KAFKA_MSG_STATUS_NOT_PERSISTED;
+		}
+	}
+
+	pgstat_report_activity(STATE_RUNNING, "wal_delivery relay: waiting for Kafka");
+	/* librdkafka reports every message within message.timeout.ms; stopping shortens it. */
+	wait_ms = ShutdownRequestPending ? relay_shutdown_flush_ms : relay_delivery_timeout_ms + 5000;
+	kafka_wait_for_deliveries(wait_ms);
+
+	for (int i = 0; i < n; i++)
+	{
+		KafkaDelivery *d = &deliveries[i];
+
+		if (!topic_missing[i] && d->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			d->status == RD_KAFKA_MSG_STATUS_PERSISTED)
+			stored[result->stored++] = d->outbox_id;
+		else if (topic_missing[i])
+		{
+			Oid types[2] = {INT8OID, TEXTOID};
+			Datum values[2] = {Int64GetDatum(d->outbox_id),
+							   CStringGetTextDatum("topic no longer exists in wal_delivery.topics")};
+
+			spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
+			result->unshippable++;
+		}
+		else if (is_unshippable(d->err))
+		{
+			Oid types[2] = {INT8OID, TEXTOID};
+			Datum values[2] = {Int64GetDatum(d->outbox_id),
+							   CStringGetTextDatum(psprintf("Kafka refused the record: %s",
+															rd_kafka_err2str(d->err)))};
+
+			spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
+			result->unshippable++;
+		}
+		else
+		{
+			deferred[result->deferred++] = d->outbox_id;
+			if (defer_reason == NULL)
+				defer_reason = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
+								   ? rd_kafka_err2str(d->err)
+								   : "Kafka reported the record as possibly persisted";
+		}
+	}
+
+	if (result->stored > 0)
+	{
+		Oid types[1] = {INT8ARRAYOID};
+		Datum values[1] = {int8_array(stored, result->stored)};
+
+		spi_exec_or_fail("SELECT wal_delivery.mark_stored($1)", 1, types, values);
+	}
+	if (result->deferred > 0)
+	{
+		Oid types[3] = {INT8ARRAYOID, TEXTOID, INT4OID};
+		Datum values[3] = {int8_array(deferred, result->deferred),
+						   CStringGetTextDatum(defer_reason), Int32GetDatum(backoff_ms)};
+
+		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, make_interval(secs => $3 / 1000.0))",
+						 3, types, values);
+	}
+}
+
+static void
+run_pass(PassResult *result, int backoff_ms)
+{
+	Oid types[1] = {INT4OID};
+	Datum values[1] = {Int32GetDatum(relay_batch_size)};
+
+	memset(result, 0, sizeof(*result));
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "wal_delivery relay: claiming");
+
+	if (!OidIsValid(get_extension_oid("wal_delivery", true)))
+		result->extension_missing = true;
+	else
+	{
+		spi_exec_or_fail(claim_sql, 1, types, values);
+		if (SPI_processed > 0)
+			ship_claimed_rows(result, backoff_ms);
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Relay 0's housekeeping, each step in its own short transaction. */
+static void
+run_maintenance(void)
+{
+	static const char *const steps[] = {
+		"SELECT wal_delivery.expire_processing_leases()",
+		"SELECT wal_delivery.purge_finished_rows(1000)",
+	};
+
+	for (int i = 0; i < (int) lengthof(steps); i++)
+	{
+		int64 affected;
+
+		do
+		{
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			SPI_connect();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pgstat_report_activity(STATE_RUNNING, steps[i]);
+			affected = 0;
+			if (OidIsValid(get_extension_oid("wal_delivery", true)))
+			{
+				bool isnull;
+
+				spi_exec_or_fail(steps[i], 0, NULL, NULL);
+				affected = DatumGetInt32(
+					SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			}
+			SPI_finish();
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		} while (i == 1 && affected == 1000 && !ShutdownRequestPending);
+	}
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+static bool
+ensure_producers(void)
+{
+	char errbuf[512];
+
+	if (kafka_producers_exist())
+		return true;
+	if (kafka_bootstrap_servers == NULL || kafka_bootstrap_servers[0] == '\0')
+	{
+		enter_state(RELAY_NOT_CONFIGURED,
+					"Set wal_delivery.kafka_bootstrap_servers and reload the configuration.");
+		return false;
+	}
+	if (!kafka_producers_create(kafka_bootstrap_servers, kafka_properties,
+								relay_delivery_timeout_ms, errbuf, sizeof(errbuf)))
+	{
+		enter_state(RELAY_NOT_CONFIGURED, errbuf);
+		return false;
+	}
+	return true;
+}
+
+void
+wal_delivery_relay_main(Datum main_arg)
+{
+	int slot = DatumGetInt32(main_arg);
+	int backoff_ms = 0;
+	TimestampTz next_maintenance = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
+	relay_wakeup_register_latch(slot, MyLatch);
+	ereport(LOG, (errmsg("wal_delivery relay %d started on database \"%s\"", slot,
+						 wal_delivery_database)));
+
+	while (!ShutdownRequestPending)
+	{
+		PassResult pass = {0};
+		int wait_ms = relay_idle_interval_ms;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			/* Kafka settings may have changed: build the producers again. */
+			kafka_producers_destroy(relay_shutdown_flush_ms);
+		}
+
+		if (ensure_producers())
+		{
+			if (backoff_ms > 0 && !kafka_reachable(Min(backoff_ms, 5000)))
+			{
+				enter_state(RELAY_KAFKA_DOWN, "Records wait in the outbox until Kafka answers.");
+				backoff_ms = Min(backoff_ms * 2, relay_max_backoff_ms);
+				wait_ms = backoff_ms;
+			}
+			else
+			{
+				run_pass(&pass, Max(backoff_ms, 1000));
+				if (pass.extension_missing)
+					enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
+				else if (pass.deferred > 0 && pass.stored == 0)
+				{
+					enter_state(RELAY_KAFKA_DOWN,
+								psprintf("%d records deferred; they wait in the outbox.",
+										 pass.deferred));
+					backoff_ms = backoff_ms ? Min(backoff_ms * 2, relay_max_backoff_ms) : 1000;
+					wait_ms = backoff_ms;
+				}
+				else
+				{
+					enter_state(RELAY_SHIPPING, NULL);
+					backoff_ms = 0;
+					if (pass.claimed == relay_batch_size)
+						wait_ms = 0; /* more is waiting */
+				}
+			}
+		}
+
+		if (slot == 0 && GetCurrentTimestamp() >= next_maintenance && !pass.extension_missing)
+		{
+			run_maintenance();
+			next_maintenance =
+				TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_interval_ms);
+		}
+
+		if (wait_ms > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	kafka_producers_destroy(relay_shutdown_flush_ms);
+	ereport(LOG, (errmsg("wal_delivery relay %d stopped", slot)));
+	proc_exit(0);
+}
