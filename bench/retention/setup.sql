@@ -116,7 +116,7 @@ BEGIN
 
     ---------------------------------------------------------------- enqueue
     -- The body of wal_delivery.enqueue_payload up to the INSERT, unchanged.
-    EXECUTE format($$
+    EXECUTE format($t$
     CREATE FUNCTION %1$I.enqueue_payload(
         p_topic text, p_payload bytea, p_content_type text,
         p_idempotency_key text, p_key text, p_headers jsonb)
@@ -163,7 +163,7 @@ BEGIN
         %2$s
         PERFORM wal_delivery.wake_relay_at_commit();
         RETURN v_id;
-    END $body$$$, s,
+    END $body$$t$, s,
     CASE dedupe WHEN 'keys' THEN format($$
         -- The key table decides; a repeated key returns the first record's id.
         v_id := nextval(%2$L);
@@ -198,18 +198,18 @@ BEGIN
     END);
 
     -- The same shape as pg_catalog.wal_enqueue(topic, payload text, ...).
-    EXECUTE format($$
+    EXECUTE format($t$
     CREATE FUNCTION %1$I.wal_enqueue(topic text, payload text, idempotency_key text DEFAULT NULL,
                                      key text DEFAULT NULL, headers jsonb DEFAULT NULL)
     RETURNS bigint LANGUAGE sql AS $body$
         SELECT %1$I.enqueue_payload(topic, convert_to(payload, 'UTF8'), 'text/plain; charset=utf-8',
                                     idempotency_key, key, headers)
-    $body$$$, s);
+    $body$$t$, s);
 
     ---------------------------------------------------------------- relay
     -- claim_ready_to_ship and mark_stored of the extension, carrying created_at so the
     -- update finds the partition.
-    EXECUTE format($$
+    EXECUTE format($t$
     CREATE FUNCTION %1$I.claim_ready_to_ship(p_max_rows integer DEFAULT 100)
     RETURNS TABLE (id bigint, topic text, idempotency_key text, message_key text, headers jsonb,
                    content_type text, payload bytea, created_at timestamptz)
@@ -222,8 +222,8 @@ BEGIN
          ORDER BY o.available_at
          LIMIT p_max_rows
            FOR UPDATE SKIP LOCKED
-    $body$$$, s);
-    EXECUTE format($$
+    $body$$t$, s);
+    EXECUTE format($t$
     CREATE FUNCTION %1$I.mark_stored(p_ids bigint[], p_created timestamptz[]) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
     DECLARE
@@ -245,7 +245,7 @@ BEGIN
            AND ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed');
         GET DIAGNOSTICS n = ROW_COUNT;
         RETURN n;
-    END $body$$$, s);
+    END $body$$t$, s);
 END $fn$;
 
 SELECT bench.make_partitioned('bench_bk', 'keys');
@@ -354,8 +354,11 @@ BEGIN
             COMMIT;
             EXIT WHEN n < p_batch;
         END LOOP;
-        PERFORM pg_sleep(greatest(0, p_every - extract(epoch FROM clock_timestamp() - tick)));
-        COMMIT;
+        -- wait for the next tick in 0.1 s naps, so no snapshot of ours is older than that
+        WHILE clock_timestamp() < least(tick + make_interval(secs => p_every), p_until) LOOP
+            PERFORM pg_sleep(0.1);
+            COMMIT;
+        END LOOP;
     END LOOP;
 END $$;
 
@@ -389,8 +392,11 @@ BEGIN
             COMMIT;
             EXIT WHEN n < p_batch;
         END LOOP;
-        PERFORM pg_sleep(greatest(0, p_every - extract(epoch FROM clock_timestamp() - tick)));
-        COMMIT;
+        -- wait for the next tick in 0.1 s naps, so no snapshot of ours is older than that
+        WHILE clock_timestamp() < least(tick + make_interval(secs => p_every), p_until) LOOP
+            PERFORM pg_sleep(0.1);
+            COMMIT;
+        END LOOP;
     END LOOP;
 END $$;
 
