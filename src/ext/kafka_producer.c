@@ -89,6 +89,14 @@ set_passthrough_properties(rd_kafka_conf_t *conf, const char *properties, char *
 	return true;
 }
 
+bool
+kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *properties,
+				 char *errbuf, size_t errbuf_size)
+{
+	return set_property(conf, "bootstrap.servers", bootstrap, errbuf, errbuf_size) &&
+		   set_passthrough_properties(conf, properties, errbuf, errbuf_size);
+}
+
 static rd_kafka_t *
 create_producer(const char *bootstrap, const char *properties, int delivery_timeout_ms,
 				bool idempotent, char *errbuf, size_t errbuf_size)
@@ -98,14 +106,13 @@ create_producer(const char *bootstrap, const char *properties, int delivery_time
 	rd_kafka_t *rk;
 
 	snprintf(timeout, sizeof(timeout), "%d", delivery_timeout_ms);
-	if (!set_property(conf, "bootstrap.servers", bootstrap, errbuf, errbuf_size) ||
-		!set_property(conf, "client.id", "wal_delivery_relay", errbuf, errbuf_size) ||
+	if (!set_property(conf, "client.id", "wal_delivery_relay", errbuf, errbuf_size) ||
 		!set_property(conf, "message.timeout.ms", timeout, errbuf, errbuf_size) ||
 		!set_property(conf, "log.queue", "true", errbuf, errbuf_size) ||
 		!set_property(conf, "enable.idempotence", idempotent ? "true" : "false", errbuf,
 					  errbuf_size) ||
 		!set_property(conf, "acks", idempotent ? "all" : "1", errbuf, errbuf_size) ||
-		!set_passthrough_properties(conf, properties, errbuf, errbuf_size))
+		!kafka_conf_apply(conf, bootstrap, properties, errbuf, errbuf_size))
 	{
 		rd_kafka_conf_destroy(conf);
 		return NULL;

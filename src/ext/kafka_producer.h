@@ -32,6 +32,13 @@ typedef struct KafkaRecord
 	const char *headers_json; /* extra headers: a JSON object of strings, or NULL */
 } KafkaRecord;
 
+/*
+ * Sets bootstrap.servers and the "name=value;name=value" passthrough properties on conf,
+ * unchanged; false with errbuf filled when librdkafka refuses one.
+ */
+bool kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *properties,
+					  char *errbuf, size_t errbuf_size);
+
 /* Creates both producers from the settings; false with errbuf filled when it cannot. */
 bool kafka_producers_create(const char *bootstrap, const char *properties, int delivery_timeout_ms,
 							char *errbuf, size_t errbuf_size);

@@ -38,8 +38,8 @@
 /* Settings (see define_relay_settings). */
 char *wal_delivery_database = NULL;
 int wal_delivery_relay_workers = 1;
-static char *kafka_bootstrap_servers = NULL;
-static char *kafka_properties = NULL;
+char *kafka_bootstrap_servers = NULL;
+char *kafka_properties = NULL;
 static int relay_batch_size = 500;
 static int relay_idle_interval_ms = 1000;
 static int relay_delivery_timeout_ms = 30000;
@@ -184,9 +184,20 @@ is_unshippable(rd_kafka_resp_err_t err)
 static const char claim_sql[] =
 	"SELECT c.id, c.topic, c.idempotency_key, c.message_key, c.headers::text, c.content_type,"
 	"       c.payload, to_char(c.created_at AT TIME ZONE 'UTC', "
-	"                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), t.acks"
+	"                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), t.acks,"
+	"       coalesce(k.ready, false), coalesce(k.error_is_permanent, false), k.error"
 	"  FROM wal_delivery.claim_ready_to_ship($1) c"
-	"  LEFT JOIN wal_delivery.topics t ON t.name = c.topic";
+	"  LEFT JOIN wal_delivery.topics t ON t.name = c.topic"
+	"  LEFT JOIN wal_delivery.kafka_topics k ON k.topic = c.topic";
+
+/* Why a claimed row is not produced in this pass. */
+typedef enum
+{
+	ROW_PRODUCED,
+	ROW_TOPIC_DELETED,		/* no longer in wal_delivery.topics: dead */
+	ROW_TOPIC_UNCREATABLE,	/* the reconciler cannot create it in Kafka: dead */
+	ROW_TOPIC_NOT_READY		/* the reconciler has not created it yet: try again soon */
+} RowFate;
 
 /* Produces every claimed row and sorts the outcomes; runs inside the pass transaction. */
 static void
@@ -197,7 +208,9 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	KafkaDelivery *deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
 	int64 *stored = palloc(sizeof(int64) * Max(n, 1));
 	int64 *deferred = palloc(sizeof(int64) * Max(n, 1));
-	bool *topic_missing = palloc0(sizeof(bool) * Max(n, 1));
+	RowFate *fate = palloc0(sizeof(RowFate) * Max(n, 1));
+	int64 *not_ready = palloc(sizeof(int64) * Max(n, 1));
+	int n_not_ready = 0;
 	const char *defer_reason = NULL;
 	int wait_ms;
 
@@ -225,7 +238,14 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 		if (isnull)
 		{
 			/* The topic was deleted (forced) after this row was enqueued. */
-			topic_missing[i] = true;
+			fate[i] = ROW_TOPIC_DELETED;
+			continue;
+		}
+		if (!DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull)))
+		{
+			/* Produce only to topics the reconciler made, never auto-created ones. */
+			fate[i] = DatumGetBool(SPI_getbinval(tup, desc, 11, &isnull)) ? ROW_TOPIC_UNCREATABLE
+																		 : ROW_TOPIC_NOT_READY;
 			continue;
 		}
 		err = kafka_produce(&rec, &deliveries[i]);
@@ -246,18 +266,22 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	{
 		KafkaDelivery *d = &deliveries[i];
 
-		if (!topic_missing[i] && d->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-			d->status == RD_KAFKA_MSG_STATUS_PERSISTED)
-			stored[result->stored++] = d->outbox_id;
-		else if (topic_missing[i])
+		if (fate[i] == ROW_TOPIC_NOT_READY)
+			not_ready[n_not_ready++] = d->outbox_id;
+		else if (fate[i] == ROW_TOPIC_DELETED || fate[i] == ROW_TOPIC_UNCREATABLE)
 		{
 			Oid types[2] = {INT8OID, TEXTOID};
-			Datum values[2] = {Int64GetDatum(d->outbox_id),
-							   CStringGetTextDatum("topic no longer exists in wal_delivery.topics")};
+			Datum values[2] = {
+				Int64GetDatum(d->outbox_id),
+				CStringGetTextDatum(fate[i] == ROW_TOPIC_DELETED
+										? "topic no longer exists in wal_delivery.topics"
+										: SPI_getvalue(tt->vals[i], tt->tupdesc, 12))};
 
 			spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
 			result->unshippable++;
 		}
+		else if (d->err == RD_KAFKA_RESP_ERR_NO_ERROR && d->status == RD_KAFKA_MSG_STATUS_PERSISTED)
+			stored[result->stored++] = d->outbox_id;
 		else if (is_unshippable(d->err))
 		{
 			Oid types[2] = {INT8OID, TEXTOID};
@@ -278,6 +302,15 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 		}
 	}
 
+	if (n_not_ready > 0)
+	{
+		Oid types[2] = {INT8ARRAYOID, TEXTOID};
+		Datum values[2] = {int8_array(not_ready, n_not_ready),
+						   CStringGetTextDatum("waiting for the reconciler to create the Kafka topic")};
+
+		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, interval '1 second')", 2, types,
+						 values);
+	}
 	if (result->stored > 0)
 	{
 		Oid types[1] = {INT8ARRAYOID};

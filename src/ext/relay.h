@@ -8,6 +8,8 @@
 
 extern char *wal_delivery_database;
 extern int wal_delivery_relay_workers;
+extern char *kafka_bootstrap_servers;
+extern char *kafka_properties;
 
 void define_relay_settings(void);
 void register_relay_workers(void);

@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "reconcile.h"
 #include "relay.h"
 #include "relay_wakeup.h"
 #include "wal_delivery.h"
@@ -55,6 +56,7 @@ define_settings(void)
 		"the transaction that deletes (SET LOCAL).",
 		&wal_delivery_force_delete, false, PGC_USERSET, 0, NULL, NULL, NULL);
 	define_relay_settings();
+	define_reconcile_settings();
 	MarkGUCPrefixReserved("wal_delivery");
 }
 
@@ -78,6 +80,8 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = wal_delivery_shmem_startup;
 	register_relay_workers();
+	if (wal_delivery_relay_workers > 0)
+		register_reconcile_worker();
 }
 
 Datum

@@ -81,5 +81,10 @@ def server_log():
 
 
 def ensure_extension():
+    """The extension, with retry and DLQ topics sized for the test cluster's brokers."""
+    replicas, min_isr = (3, 2) if os.environ.get("KAFKA_BROKERS") == "3" else (1, 1)
     with connect() as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS wal_delivery")
+        conn.execute("UPDATE wal_delivery.settings SET internal_topic_replication_factor = %s,"
+                     " internal_topic_min_insync_replicas = %s"
+                     " WHERE internal_topic_replication_factor <> %s", (replicas, min_isr, replicas))

@@ -185,6 +185,7 @@ def test_drop_extension_does_not_hang_and_the_relay_picks_it_up_again(unique):
         conn.execute("SET statement_timeout = '30s'")
         conn.execute("DROP EXTENSION wal_delivery CASCADE")
         conn.execute("CREATE EXTENSION wal_delivery")
+        ensure_extension()
         make_topic(conn, topic)
         conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'y')", (topic,))
         wait_all_stored(conn, topic, 1, timeout=30)

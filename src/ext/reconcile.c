@@ -1,0 +1,589 @@
+/*
+ * reconcile.c: the background worker that makes Kafka match the control plane.
+ *
+ * A round reads the topics the configuration asks for (wal_delivery.desired_kafka_topics:
+ * main topics, the retry steps, the DLQ), then, outside any transaction, creates the
+ * missing ones, adds partitions where fewer exist, and sets retention.ms and
+ * min.insync.replicas. It records each topic's outcome in wal_delivery.kafka_topics and,
+ * only when all are ready, publishes the config version workers follow. A round runs when
+ * the config version moves past the published one, and every reconcile_interval anyway
+ * (a topic deleted behind our back comes back).
+ *
+ * Words: "desired" is what the configuration asks for; "ready" means Kafka has it.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include "kafka_producer.h"
+#include "reconcile.h"
+#include "relay.h"
+
+static int reconcile_interval_ms = 30000;
+static int reconcile_poll_ms = 1000;
+static int admin_timeout_ms = 15000;
+
+typedef struct DesiredTopic
+{
+	char *name;
+	char *role;
+	int partitions;
+	int replication_factor;
+	int min_insync_replicas;
+	int64 retention_ms;
+	/* outcome */
+	bool ready;
+	bool permanent;
+	char *error;
+} DesiredTopic;
+
+static rd_kafka_t *admin = NULL;
+
+void
+define_reconcile_settings(void)
+{
+	DefineCustomIntVariable("wal_delivery.reconcile_interval",
+							"How often the reconciler checks Kafka even without a config change.",
+							NULL, &reconcile_interval_ms, 30000, 1000, 86400000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+}
+
+void
+register_reconcile_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "wal_delivery");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "wal_delivery_reconcile_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "wal_delivery reconciler");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "wal_delivery reconciler");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Errors that no retry can fix: the request itself is unacceptable to Kafka. */
+static bool
+is_permanent_admin_error(rd_kafka_resp_err_t err)
+{
+	switch (err)
+	{
+		case RD_KAFKA_RESP_ERR_INVALID_REPLICATION_FACTOR:
+		case RD_KAFKA_RESP_ERR_INVALID_PARTITIONS:
+		case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
+		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+		case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+		case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+		case RD_KAFKA_RESP_ERR_INVALID_REPLICA_ASSIGNMENT:
+			return true;
+		default:
+			return false;
+	}
+}
+
+static void
+fail_topic(DesiredTopic *t, rd_kafka_resp_err_t err, const char *what, const char *detail)
+{
+	t->ready = false;
+	t->permanent = is_permanent_admin_error(err);
+	t->error = psprintf("%s: %s", what, detail && detail[0] ? detail : rd_kafka_err2str(err));
+}
+
+/* ------------------------------------------------------------ reading the desired state */
+
+static DesiredTopic *
+read_desired_topics(int *count, int64 *version, bool *due)
+{
+	DesiredTopic *topics = NULL;
+	MemoryContext caller = CurrentMemoryContext;
+
+	*count = 0;
+	*due = false;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "wal_delivery reconciler: reading config");
+
+	if (OidIsValid(get_extension_oid("wal_delivery", true)) &&
+		SPI_execute("SELECT version, published_version FROM wal_delivery.config_version", true,
+					1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool isnull;
+		int64 published;
+
+		*version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		published = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		*due = *version > published;
+
+		if (SPI_execute("SELECT topic, role, partitions, replication_factor, min_insync_replicas,"
+						" retention_ms FROM wal_delivery.desired_kafka_topics() ORDER BY topic",
+						true, 0) == SPI_OK_SELECT)
+		{
+			MemoryContext spi = MemoryContextSwitchTo(caller);
+
+			*count = (int) SPI_processed;
+			topics = palloc0(sizeof(DesiredTopic) * Max(*count, 1));
+			for (int i = 0; i < *count; i++)
+			{
+				HeapTuple tup = SPI_tuptable->vals[i];
+				TupleDesc desc = SPI_tuptable->tupdesc;
+
+				topics[i].name = SPI_getvalue(tup, desc, 1);
+				topics[i].role = SPI_getvalue(tup, desc, 2);
+				topics[i].partitions = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+				topics[i].replication_factor = DatumGetInt16(SPI_getbinval(tup, desc, 4, &isnull));
+				topics[i].min_insync_replicas = DatumGetInt16(SPI_getbinval(tup, desc, 5, &isnull));
+				topics[i].retention_ms = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+			}
+			MemoryContextSwitchTo(spi);
+		}
+	}
+	else
+		*version = -1;
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return topics;
+}
+
+/* ------------------------------------------------------------ talking to Kafka */
+
+static bool
+ensure_admin_client(char *errbuf, size_t errbuf_size)
+{
+	rd_kafka_conf_t *conf;
+
+	if (admin != NULL)
+		return true;
+	if (kafka_bootstrap_servers == NULL || kafka_bootstrap_servers[0] == '\0')
+	{
+		snprintf(errbuf, errbuf_size, "wal_delivery.kafka_bootstrap_servers is not set");
+		return false;
+	}
+	conf = rd_kafka_conf_new();
+	if (!kafka_conf_apply(conf, kafka_bootstrap_servers, kafka_properties, errbuf, errbuf_size))
+	{
+		rd_kafka_conf_destroy(conf);
+		return false;
+	}
+	admin = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+	return admin != NULL;
+}
+
+static rd_kafka_event_t *
+wait_admin_result(rd_kafka_queue_t *queue)
+{
+	/* The request carries its own timeout; this one only bounds a lost reply. */
+	return rd_kafka_queue_poll(queue, admin_timeout_ms + 5000);
+}
+
+static rd_kafka_AdminOptions_t *
+admin_options(rd_kafka_admin_op_t op)
+{
+	char errstr[256];
+	rd_kafka_AdminOptions_t *options = rd_kafka_AdminOptions_new(admin, op);
+
+	rd_kafka_AdminOptions_set_request_timeout(options, admin_timeout_ms, errstr, sizeof(errstr));
+	if (op == RD_KAFKA_ADMIN_OP_CREATETOPICS || op == RD_KAFKA_ADMIN_OP_CREATEPARTITIONS)
+		rd_kafka_AdminOptions_set_operation_timeout(options, admin_timeout_ms, errstr,
+													sizeof(errstr));
+	return options;
+}
+
+static void
+create_topics(DesiredTopic **missing, int n)
+{
+	rd_kafka_NewTopic_t **requests = palloc(sizeof(rd_kafka_NewTopic_t *) * n);
+	rd_kafka_queue_t *queue = rd_kafka_queue_new(admin);
+	rd_kafka_AdminOptions_t *options = admin_options(RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	rd_kafka_event_t *event;
+	char errstr[256];
+	int sent = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		char value[32];
+		rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(missing[i]->name, missing[i]->partitions,
+														missing[i]->replication_factor, errstr,
+														sizeof(errstr));
+
+		if (nt == NULL)
+		{
+			fail_topic(missing[i], RD_KAFKA_RESP_ERR_INVALID_CONFIG, "cannot create topic", errstr);
+			continue;
+		}
+		snprintf(value, sizeof(value), INT64_FORMAT, missing[i]->retention_ms);
+		rd_kafka_NewTopic_set_config(nt, "retention.ms", value);
+		snprintf(value, sizeof(value), "%d", missing[i]->min_insync_replicas);
+		rd_kafka_NewTopic_set_config(nt, "min.insync.replicas", value);
+		requests[sent++] = nt;
+		missing[i]->ready = true; /* until the result says otherwise */
+	}
+	if (sent > 0)
+	{
+		rd_kafka_CreateTopics(admin, requests, sent, options, queue);
+		event = wait_admin_result(queue);
+		if (event == NULL || rd_kafka_event_error(event))
+		{
+			for (int i = 0; i < n; i++)
+				if (missing[i]->ready)
+					fail_topic(missing[i],
+							   event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
+							   "cannot create topic", event ? rd_kafka_event_error_string(event) : NULL);
+		}
+		else
+		{
+			size_t cnt;
+			const rd_kafka_topic_result_t **results =
+				rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(event), &cnt);
+
+			for (size_t r = 0; r < cnt; r++)
+			{
+				rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[r]);
+				DesiredTopic *t = NULL;
+
+				for (int i = 0; i < n; i++)
+					if (strcmp(missing[i]->name, rd_kafka_topic_result_name(results[r])) == 0)
+						t = missing[i];
+				if (t != NULL && err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+					err != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+					fail_topic(t, err, "cannot create topic",
+							   rd_kafka_topic_result_error_string(results[r]));
+			}
+		}
+		if (event)
+			rd_kafka_event_destroy(event);
+		rd_kafka_NewTopic_destroy_array(requests, sent);
+	}
+	rd_kafka_AdminOptions_destroy(options);
+	rd_kafka_queue_destroy(queue);
+}
+
+static void
+grow_partitions(DesiredTopic **short_topics, int n)
+{
+	rd_kafka_NewPartitions_t **requests = palloc(sizeof(rd_kafka_NewPartitions_t *) * n);
+	rd_kafka_queue_t *queue = rd_kafka_queue_new(admin);
+	rd_kafka_AdminOptions_t *options = admin_options(RD_KAFKA_ADMIN_OP_CREATEPARTITIONS);
+	rd_kafka_event_t *event;
+	char errstr[256];
+
+	for (int i = 0; i < n; i++)
+		requests[i] = rd_kafka_NewPartitions_new(short_topics[i]->name, short_topics[i]->partitions,
+												 errstr, sizeof(errstr));
+	rd_kafka_CreatePartitions(admin, requests, n, options, queue);
+	event = wait_admin_result(queue);
+	if (event == NULL || rd_kafka_event_error(event))
+	{
+		for (int i = 0; i < n; i++)
+			fail_topic(short_topics[i],
+					   event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
+					   "cannot add partitions", event ? rd_kafka_event_error_string(event) : NULL);
+	}
+	else
+	{
+		size_t cnt;
+		const rd_kafka_topic_result_t **results = rd_kafka_CreatePartitions_result_topics(
+			rd_kafka_event_CreatePartitions_result(event), &cnt);
+
+		for (size_t r = 0; r < cnt; r++)
+		{
+			rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[r]);
+
+			if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				continue;
+			for (int i = 0; i < n; i++)
+				if (strcmp(short_topics[i]->name, rd_kafka_topic_result_name(results[r])) == 0)
+					fail_topic(short_topics[i], err, "cannot add partitions",
+							   rd_kafka_topic_result_error_string(results[r]));
+		}
+	}
+	if (event)
+		rd_kafka_event_destroy(event);
+	rd_kafka_NewPartitions_destroy_array(requests, n);
+	rd_kafka_AdminOptions_destroy(options);
+	rd_kafka_queue_destroy(queue);
+}
+
+/*
+ * Sets retention.ms and min.insync.replicas. AlterConfigs (the API librdkafka 2.0 has)
+ * replaces a topic's whole override set, so other per-topic overrides are reset; the
+ * control plane owns these topics' configuration.
+ */
+static void
+alter_topic_configs(DesiredTopic **topics, int n)
+{
+	rd_kafka_ConfigResource_t **resources = palloc(sizeof(rd_kafka_ConfigResource_t *) * n);
+	rd_kafka_queue_t *queue = rd_kafka_queue_new(admin);
+	rd_kafka_AdminOptions_t *options = admin_options(RD_KAFKA_ADMIN_OP_ALTERCONFIGS);
+	rd_kafka_event_t *event;
+
+	for (int i = 0; i < n; i++)
+	{
+		char value[32];
+
+		resources[i] = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topics[i]->name);
+		snprintf(value, sizeof(value), INT64_FORMAT, topics[i]->retention_ms);
+		rd_kafka_ConfigResource_set_config(resources[i], "retention.ms", value);
+		snprintf(value, sizeof(value), "%d", topics[i]->min_insync_replicas);
+		rd_kafka_ConfigResource_set_config(resources[i], "min.insync.replicas", value);
+	}
+	rd_kafka_AlterConfigs(admin, resources, n, options, queue);
+	event = wait_admin_result(queue);
+	if (event == NULL || rd_kafka_event_error(event))
+	{
+		for (int i = 0; i < n; i++)
+			fail_topic(topics[i], event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
+					   "cannot set topic config", event ? rd_kafka_event_error_string(event) : NULL);
+	}
+	else
+	{
+		size_t cnt;
+		const rd_kafka_ConfigResource_t **results = rd_kafka_AlterConfigs_result_resources(
+			rd_kafka_event_AlterConfigs_result(event), &cnt);
+
+		for (size_t r = 0; r < cnt; r++)
+		{
+			rd_kafka_resp_err_t err = rd_kafka_ConfigResource_error(results[r]);
+
+			if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				continue;
+			for (int i = 0; i < n; i++)
+				if (strcmp(topics[i]->name, rd_kafka_ConfigResource_name(results[r])) == 0)
+					fail_topic(topics[i], err, "cannot set topic config",
+							   rd_kafka_ConfigResource_error_string(results[r]));
+		}
+	}
+	if (event)
+		rd_kafka_event_destroy(event);
+	rd_kafka_ConfigResource_destroy_array(resources, n);
+	rd_kafka_AdminOptions_destroy(options);
+	rd_kafka_queue_destroy(queue);
+}
+
+/* Brings Kafka in line with topics[]; each topic's outcome lands in its ready/error. */
+static void
+apply_to_kafka(DesiredTopic *topics, int count)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	DesiredTopic **missing = palloc(sizeof(DesiredTopic *) * Max(count, 1));
+	DesiredTopic **short_topics = palloc(sizeof(DesiredTopic *) * Max(count, 1));
+	DesiredTopic **existing = palloc(sizeof(DesiredTopic *) * Max(count, 1));
+	int n_missing = 0, n_short = 0, n_existing = 0;
+	char errbuf[512];
+	rd_kafka_resp_err_t err;
+
+	if (!ensure_admin_client(errbuf, sizeof(errbuf)))
+	{
+		for (int i = 0; i < count; i++)
+			fail_topic(&topics[i], RD_KAFKA_RESP_ERR__INVALID_ARG, "no Kafka client", errbuf);
+		return;
+	}
+	err = rd_kafka_metadata(admin, 1, NULL, &md, admin_timeout_ms);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		for (int i = 0; i < count; i++)
+			fail_topic(&topics[i], err, "Kafka unreachable", NULL);
+		return;
+	}
+	for (int i = 0; i < count; i++)
+	{
+		const struct rd_kafka_metadata_topic *found = NULL;
+
+		topics[i].ready = true;
+		for (int m = 0; m < md->topic_cnt; m++)
+			if (strcmp(md->topics[m].topic, topics[i].name) == 0 &&
+				md->topics[m].err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+				found = &md->topics[m];
+		if (found == NULL)
+			missing[n_missing++] = &topics[i];
+		else
+		{
+			existing[n_existing++] = &topics[i];
+			if (found->partition_cnt < topics[i].partitions)
+				short_topics[n_short++] = &topics[i];
+			else if (found->partition_cnt > 0 &&
+					 found->partitions[0].replica_cnt != topics[i].replication_factor)
+				/* Kafka cannot change this in place; records still flow, so it is a note. */
+				topics[i].error = psprintf(
+					"replication factor is %d in Kafka, %d configured: change it with a partition "
+					"reassignment",
+					found->partitions[0].replica_cnt, topics[i].replication_factor);
+		}
+	}
+	rd_kafka_metadata_destroy(md);
+
+	if (n_missing > 0)
+		create_topics(missing, n_missing);
+	if (n_short > 0)
+		grow_partitions(short_topics, n_short);
+	if (n_existing > 0)
+		alter_topic_configs(existing, n_existing);
+}
+
+/* ------------------------------------------------------------ reporting */
+
+static bool
+record_outcome(DesiredTopic *topics, int count, int64 version)
+{
+	StringInfoData json;
+	Oid types[2] = {INT8OID, JSONBOID};
+	Datum values[2];
+	bool published = false;
+
+	initStringInfo(&json);
+	appendStringInfoChar(&json, '[');
+	for (int i = 0; i < count; i++)
+	{
+		DesiredTopic *t = &topics[i];
+
+		if (i > 0)
+			appendStringInfoChar(&json, ',');
+		appendStringInfoString(&json, "{\"topic\":");
+		escape_json(&json, t->name);
+		appendStringInfo(&json,
+						 ",\"role\":\"%s\",\"partitions\":%d,\"replication_factor\":%d,"
+						 "\"min_insync_replicas\":%d,\"retention_ms\":" INT64_FORMAT
+						 ",\"ready\":%s,\"permanent\":%s,\"error\":",
+						 t->role, t->partitions, t->replication_factor, t->min_insync_replicas,
+						 t->retention_ms, t->ready ? "true" : "false",
+						 t->permanent ? "true" : "false");
+		if (t->error)
+			escape_json(&json, t->error);
+		else
+			appendStringInfoString(&json, "null");
+		appendStringInfoChar(&json, '}');
+	}
+	appendStringInfoChar(&json, ']');
+
+	values[0] = Int64GetDatum(version);
+	values[1] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "wal_delivery reconciler: recording");
+	if (OidIsValid(get_extension_oid("wal_delivery", true)) &&
+		SPI_execute_with_args("SELECT wal_delivery.record_reconciliation($1, $2)", 2, types, values,
+							  NULL, false, 1) == SPI_OK_SELECT)
+	{
+		bool isnull;
+
+		published = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return published;
+}
+
+void
+wal_delivery_reconcile_main(Datum main_arg)
+{
+	TimestampTz next_full_check = 0;
+	int64 last_attempted_version = -1;
+	int failures = 0;
+	MemoryContext round_ctx;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
+	round_ctx = AllocSetContextCreate(TopMemoryContext, "wal_delivery reconcile round",
+									  ALLOCSET_DEFAULT_SIZES);
+	ereport(LOG, (errmsg("wal_delivery reconciler started on database \"%s\"",
+						 wal_delivery_database)));
+
+	while (!ShutdownRequestPending)
+	{
+		int64 version;
+		bool due;
+		int count;
+		DesiredTopic *topics;
+		int wait_ms = reconcile_poll_ms;
+		MemoryContext old;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (admin != NULL)
+				rd_kafka_destroy(admin);
+			admin = NULL;
+			next_full_check = 0;
+		}
+
+		old = MemoryContextSwitchTo(round_ctx);
+		topics = read_desired_topics(&count, &version, &due);
+		/* A new version runs at once; a failing one is retried with a backoff. */
+		if (version >= 0 && ((due && version != last_attempted_version) ||
+							 GetCurrentTimestamp() >= next_full_check))
+		{
+			bool published;
+			int not_ready = 0;
+
+			last_attempted_version = version;
+			apply_to_kafka(topics, count);
+			published = record_outcome(topics, count, version);
+			for (int i = 0; i < count; i++)
+				if (!topics[i].ready)
+					not_ready++;
+			if (not_ready > 0)
+			{
+				/* Log once when a failing streak starts; the status view has the details. */
+				if (failures++ == 0)
+					ereport(LOG, (errmsg("wal_delivery reconciler: %d of %d Kafka topics are not "
+										 "ready; see wal_delivery.reconcile_status",
+										 not_ready, count)));
+				wait_ms = Min(1000 * (1 << Min(failures, 5)), reconcile_interval_ms);
+				next_full_check = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+			}
+			else
+			{
+				if (failures > 0 || published)
+					ereport(LOG, (errmsg("wal_delivery reconciler: Kafka matches config version "
+										 INT64_FORMAT, version)));
+				failures = 0;
+				next_full_check =
+					TimestampTzPlusMilliseconds(GetCurrentTimestamp(), reconcile_interval_ms);
+			}
+		}
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(round_ctx);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (admin != NULL)
+		rd_kafka_destroy(admin);
+	proc_exit(0);
+}
