@@ -7,6 +7,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "utils/jsonb.h"
 #include "utils/builtins.h"
@@ -33,8 +34,11 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 static void
 on_log(const rd_kafka_t *rk, int level, const char *facility, const char *message)
 {
-	/* syslog levels: 0-4 are emergency to warning */
-	ereport(level <= 4 ? LOG : DEBUG1,
+	/*
+	 * syslog levels. Connection failures come at level 3 on every reconnect; the relay
+	 * logs outages once per state change itself, so only 0-2 reach the server log.
+	 */
+	ereport(level <= 2 ? LOG : DEBUG1,
 			(errmsg("wal_delivery relay: librdkafka %s: %s", facility, message)));
 }
 
@@ -229,15 +233,26 @@ kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery)
 }
 
 void
-kafka_wait_for_deliveries(int timeout_ms)
+kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	bool shutdown_seen = false;
 
 	while (deliveries_waiting > 0 && GetCurrentTimestamp() < deadline)
 	{
 		rd_kafka_poll(producer_all, 50);
 		rd_kafka_poll(producer_leader, 0);
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending && !shutdown_seen)
+		{
+			/* Stopping: wait at most the shutdown flush from now on. */
+			TimestampTz flush_end =
+				TimestampTzPlusMilliseconds(GetCurrentTimestamp(), shutdown_timeout_ms);
+
+			shutdown_seen = true;
+			if (flush_end < deadline)
+				deadline = flush_end;
+		}
 	}
 	if (deliveries_waiting > 0)
 	{

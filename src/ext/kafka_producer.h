@@ -48,8 +48,12 @@ bool kafka_producers_exist(void);
 /* Queues one record; its report lands in *delivery. Returns a local error, or 0. */
 rd_kafka_resp_err_t kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery);
 
-/* Serves reports until every queued delivery has one or timeout_ms passed. */
-void kafka_wait_for_deliveries(int timeout_ms);
+/*
+ * Serves reports until every queued delivery has one or timeout_ms passed; once a
+ * shutdown is requested, at most shutdown_timeout_ms more. Deliveries still without a
+ * report then are purged, so each has its report when this returns.
+ */
+void kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms);
 
 /* True when a broker answered a metadata request within timeout_ms. */
 bool kafka_reachable(int timeout_ms);

@@ -40,6 +40,7 @@
 static int reconcile_interval_ms = 30000;
 static int reconcile_poll_ms = 1000;
 static int admin_timeout_ms = 15000;
+static int metadata_timeout_ms = 3000;
 
 typedef struct DesiredTopic
 {
@@ -195,11 +196,21 @@ ensure_admin_client(char *errbuf, size_t errbuf_size)
 	return admin != NULL;
 }
 
+/*
+ * Waits for an admin request's result in short steps, so a shutdown is never held up
+ * by Kafka; NULL when stopping or when no reply came (the request has its own timeout).
+ */
 static rd_kafka_event_t *
 wait_admin_result(rd_kafka_queue_t *queue)
 {
-	/* The request carries its own timeout; this one only bounds a lost reply. */
-	return rd_kafka_queue_poll(queue, admin_timeout_ms + 5000);
+	for (int waited = 0; waited < admin_timeout_ms + 5000 && !ShutdownRequestPending; waited += 200)
+	{
+		rd_kafka_event_t *event = rd_kafka_queue_poll(queue, 200);
+
+		if (event != NULL)
+			return event;
+	}
+	return NULL;
 }
 
 static rd_kafka_AdminOptions_t *
@@ -404,7 +415,8 @@ apply_to_kafka(DesiredTopic *topics, int count)
 			fail_topic(&topics[i], RD_KAFKA_RESP_ERR__INVALID_ARG, "no Kafka client", errbuf);
 		return;
 	}
-	err = rd_kafka_metadata(admin, 1, NULL, &md, admin_timeout_ms);
+	/* Short: a shutdown waits for this call. */
+	err = rd_kafka_metadata(admin, 1, NULL, &md, metadata_timeout_ms);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		for (int i = 0; i < count; i++)
@@ -585,5 +597,5 @@ wal_delivery_reconcile_main(Datum main_arg)
 	}
 	if (admin != NULL)
 		rd_kafka_destroy(admin);
-	proc_exit(0);
+	proc_exit(1); /* restarted unless the whole server is stopping */
 }

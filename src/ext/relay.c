@@ -260,7 +260,7 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	pgstat_report_activity(STATE_RUNNING, "wal_delivery relay: waiting for Kafka");
 	/* librdkafka reports every message within message.timeout.ms; stopping shortens it. */
 	wait_ms = ShutdownRequestPending ? relay_shutdown_flush_ms : relay_delivery_timeout_ms + 5000;
-	kafka_wait_for_deliveries(wait_ms);
+	kafka_wait_for_deliveries(wait_ms, relay_shutdown_flush_ms);
 
 	for (int i = 0; i < n; i++)
 	{
@@ -493,5 +493,6 @@ wal_delivery_relay_main(Datum main_arg)
 
 	kafka_producers_destroy(relay_shutdown_flush_ms);
 	ereport(LOG, (errmsg("wal_delivery relay %d stopped", slot)));
-	proc_exit(0);
+	/* Exit code 1: if this was pg_terminate_backend or DROP DATABASE (FORCE), come back. */
+	proc_exit(1);
 }

@@ -1,0 +1,111 @@
+"""The relay's life with the server and the cluster: each topic's acks is honoured on a
+3-broker cluster, a stopping server waits only a bounded time for Kafka, and neither
+DROP DATABASE nor a broker restart is blocked by it."""
+import os
+import subprocess
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from conftest import connect, env_cmd
+from relay_helpers import ensure_extension, make_topic, read_topic, states, wait_all_stored, wait_until
+
+
+def scratch_env(*args):
+    env_dir = f"/tmp/wal_delivery-test-{uuid.uuid4().hex[:8]}"
+    out = env_cmd("up", *args, env_dir=env_dir)
+    settings = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
+    return env_dir, {k: v.strip("'") for k, v in settings.items()}
+
+
+def scratch_connect(settings, dbname="wal_delivery"):
+    return psycopg.connect(host=settings["PGHOST"], port=settings["PGPORT"], user="postgres",
+                           dbname=dbname, autocommit=True)
+
+
+def test_acks_are_honoured_per_topic_on_a_three_broker_cluster():
+    env_dir, settings = scratch_env("--brokers", "3")
+    try:
+        with scratch_connect(settings) as conn:
+            conn.execute("CREATE EXTENSION wal_delivery")
+            # min.insync.replicas 3: losing one broker leaves too few replicas for acks=all.
+            make_topic(conn, "acks.all", replication_factor=3, min_insync_replicas=3, acks=-1)
+            make_topic(conn, "acks.leader", replication_factor=3, min_insync_replicas=3, acks=1)
+            for t in ("acks.all", "acks.leader"):
+                conn.execute("SELECT wal_enqueue(%s, 'warm-up'::text, 'warm')", (t,))
+            wait_until(lambda: states(conn, "acks.all") == {"stored": 1}
+                       and states(conn, "acks.leader") == {"stored": 1}, 60, what="warm-up records")
+
+            env_cmd("kafka-stop", "3", env_dir=env_dir)
+            for t in ("acks.all", "acks.leader"):
+                conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)",
+                             (t, [f"r{i}" for i in range(10)], [f"r{i}" for i in range(10)]))
+            # acks=1: the leader's word is enough. acks=all: not enough in-sync replicas.
+            wait_until(lambda: states(conn, "acks.leader") == {"stored": 11}, 90,
+                       what=f"acks=1 records stored (now {states(conn, 'acks.leader')})")
+            time.sleep(3)
+            assert states(conn, "acks.all") == {"stored": 1, "pending": 10}
+            error = conn.execute("SELECT last_error FROM wal_delivery.outbox WHERE topic = 'acks.all'"
+                                 " AND state = 'pending' LIMIT 1").fetchone()[0]
+            assert error, "a deferred record carries the reason it was not stored"
+
+            env_cmd("kafka-start", "3", env_dir=env_dir)
+            wait_until(lambda: states(conn, "acks.all") == {"stored": 11}, 120,
+                       what=f"acks=all records stored after recovery (now {states(conn, 'acks.all')})")
+        keys = [f"r{i}" for i in range(10)]
+        assert set(keys) <= set(read_topic(settings["KAFKA_BOOTSTRAP"], "acks.all", keys))
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
+
+
+def test_a_stopping_server_waits_for_kafka_only_a_bounded_time(unique):
+    topic = f"relay.stop.{unique}"
+    ensure_extension()
+    with connect() as conn:
+        make_topic(conn, topic)
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'first')", (topic,))
+        wait_all_stored(conn, topic, 1)
+    env_cmd("kafka-stop", "1")
+    try:
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'in-flight')", (topic,))
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'"
+                " AND query LIKE '%waiting for Kafka%'").fetchone()[0], 20,
+                what="the relay to wait for Kafka")
+        start = time.time()
+        env_cmd("pg-stop")  # SIGTERM to the relay mid-wait
+        stopped_in = time.time() - start
+        # relay_shutdown_flush is 5 s; the delivery timeout (10 s here) must not be waited out.
+        assert stopped_in < 9, f"shutdown took {stopped_in:.1f}s"
+    finally:
+        env_cmd("kafka-start", "1")
+        env_cmd("pg-start")
+    with connect() as conn:
+        wait_all_stored(conn, topic, 2, timeout=90)
+
+
+def test_drop_database_is_not_held_up_by_the_relay():
+    env_dir, settings = scratch_env("--no-kafka")
+    try:
+        with scratch_connect(settings) as conn:
+            conn.execute("CREATE EXTENSION wal_delivery")
+        with scratch_connect(settings, "postgres") as admin:
+            admin.execute("SET statement_timeout = '20s'")
+            start = time.time()
+            with pytest.raises(psycopg.errors.ObjectInUse):
+                admin.execute("DROP DATABASE wal_delivery")
+            assert time.time() - start < 15, "plain DROP DATABASE hung"
+            start = time.time()
+            admin.execute("DROP DATABASE wal_delivery WITH (FORCE)")
+            assert time.time() - start < 10
+            admin.execute("CREATE DATABASE wal_delivery")
+        # The relay is restarted by the postmaster and finds its database again.
+        with scratch_connect(settings) as conn:
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'"
+            ).fetchone()[0], 30, what="the relay to reconnect")
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
