@@ -1,7 +1,9 @@
-# Demo part: the control plane and the outbox. (Sourced by demo/run.)
+# Demo part: the control plane, the outbox and the relay. (Sourced by demo/run.)
 step "configuring a topic, a destination and a subscription with SQL"
 psql -X -q -v ON_ERROR_STOP=1 -v dest="$DEST_URL/orders" <<'SQL'
 CREATE EXTENSION IF NOT EXISTS wal_delivery;
+-- One local broker: the retry and DLQ topics cannot have 3 replicas here.
+UPDATE wal_delivery.settings SET internal_topic_replication_factor = 1, internal_topic_min_insync_replicas = 1;
 INSERT INTO wal_delivery.topics (name, partitions, replication_factor, min_insync_replicas)
 VALUES ('orders.events', 1, 1, 1);
 INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('sample-destination', :'dest');
@@ -29,8 +31,20 @@ SELECT wal_enqueue('orders.events', '{"order_id": 3, "event": "created"}'::jsonb
 ROLLBACK;
 -- A retried enqueue with the same idempotency key returns the first id and writes nothing.
 SELECT wal_enqueue('orders.events', '{"order_id": 1, "event": "created"}'::jsonb, 'order-1-created') AS same_outbox_id;
+SQL
+
+step "the relay ships committed records to Kafka; a row is stored once Kafka acknowledged it"
+for _ in $(seq 1 150); do
+  [ "$(psql -X -A -t -c "SELECT count(*) FROM wal_delivery.outbox WHERE state <> 'stored'")" = 0 ] && break
+  sleep 0.2
+done
+psql -X -q <<'SQL'
 SELECT id, idempotency_key, state, convert_from(payload, 'UTF8') AS payload
   FROM wal_delivery.outbox ORDER BY id;
-SELECT topic, state, records FROM wal_delivery.backlog;
+SELECT topic, role, partitions, ready FROM wal_delivery.reconcile_status ORDER BY topic;
+SELECT version, published_version, in_sync FROM wal_delivery.config_status;
 SQL
-echo "The outbox holds the committed records only; the relay (next part) ships them to Kafka."
+
+step "reading topic orders.events back from Kafka with kcat"
+kcat -C -b "$KAFKA_BOOTSTRAP" -t orders.events -o beginning -e -q \
+  -f 'offset=%o key=%k headers=%h\n  value=%s\n'
