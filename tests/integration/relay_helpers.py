@@ -88,3 +88,56 @@ def ensure_extension():
         conn.execute("UPDATE wal_delivery.settings SET internal_topic_replication_factor = %s,"
                      " internal_topic_min_insync_replicas = %s"
                      " WHERE internal_topic_replication_factor <> %s", (replicas, min_isr, replicas))
+
+
+class EnqueueLoad:
+    """Enqueues records one transaction each, in a thread, until stopped; remembers the
+    keys whose commit was acknowledged. Errors (the server going away) are counted and
+    retried with a new connection: those records were never acknowledged."""
+
+    def __init__(self, topic, connect_fn=connect, pause=0.002):
+        import threading
+        self.topic, self.connect_fn, self.pause = topic, connect_fn, pause
+        self.acked, self.errors = [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import psycopg
+        conn, n = None, 0
+        payload = "x" * 500
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = self.connect_fn()
+                key = f"load-{n}"
+                n += 1
+                conn.execute("SELECT wal_enqueue(%s, %s::text, %s)", (self.topic, payload, key))
+                self.acked.append(key)
+            except psycopg.Error:
+                self.errors += 1
+                conn = None
+                time.sleep(0.2)
+            time.sleep(self.pause)
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(30)
+
+
+def report(line):
+    """Appends a measured figure to the run's fault report (tests/run prints it)."""
+    out = Path(__file__).resolve().parents[2] / ".cache" / "test-output"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "fault-report.txt", "a") as f:
+        f.write(line + "\n")
+
+
+def duplicates(seen):
+    return sum(len(v) - 1 for v in seen.values())
