@@ -284,6 +284,16 @@ kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms)
 }
 
 bool
+kafka_producers_failed(char *errbuf, size_t errbuf_size)
+{
+	if (producer_all == NULL)
+		return false;
+	if (rd_kafka_fatal_error(producer_all, errbuf, errbuf_size) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return true;
+	return rd_kafka_fatal_error(producer_leader, errbuf, errbuf_size) != RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+bool
 kafka_reachable(int timeout_ms)
 {
 	const struct rd_kafka_metadata *md = NULL;

@@ -55,6 +55,12 @@ rd_kafka_resp_err_t kafka_produce(const KafkaRecord *record, KafkaDelivery *deli
  */
 void kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms);
 
+/*
+ * True when a producer raised a fatal error (for example the idempotent producer after
+ * messages timed out); it can produce nothing more and must be destroyed and created anew.
+ */
+bool kafka_producers_failed(char *errbuf, size_t errbuf_size);
+
 /* True when a broker answered a metadata request within timeout_ms. */
 bool kafka_reachable(int timeout_ms);
 

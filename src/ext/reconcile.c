@@ -521,6 +521,7 @@ wal_delivery_reconcile_main(Datum main_arg)
 {
 	TimestampTz next_full_check = 0;
 	int64 last_attempted_version = -1;
+	int64 last_matched_version = -1;
 	int failures = 0;
 	MemoryContext round_ctx;
 
@@ -579,9 +580,10 @@ wal_delivery_reconcile_main(Datum main_arg)
 			}
 			else
 			{
-				if (failures > 0 || published)
+				if (published && version != last_matched_version)
 					ereport(LOG, (errmsg("wal_delivery reconciler: Kafka matches config version "
 										 INT64_FORMAT, version)));
+				last_matched_version = version;
 				failures = 0;
 				next_full_check =
 					TimestampTzPlusMilliseconds(GetCurrentTimestamp(), reconcile_interval_ms);

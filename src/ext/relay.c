@@ -454,7 +454,16 @@ wal_delivery_relay_main(Datum main_arg)
 			}
 			else
 			{
+				char fatal[512];
+
 				run_pass(&pass, Max(backoff_ms, 1000));
+				if (kafka_producers_failed(fatal, sizeof(fatal)))
+				{
+					/* Unmarked rows are sent again by the new producers (at least once). */
+					ereport(LOG, (errmsg("wal_delivery relay: librdkafka fatal error, creating new producers"),
+								  errdetail_internal("%s", fatal)));
+					kafka_producers_destroy(0);
+				}
 				if (pass.extension_missing)
 					enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
 				else if (pass.deferred > 0 && pass.stored == 0)
