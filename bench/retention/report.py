@@ -7,12 +7,13 @@ import os
 import re
 import statistics
 import sys
+from datetime import datetime, timezone
 from collections import defaultdict
 
 LOGS = sys.argv[1]
-DESIGNS = ["A", "B-keys", "B-lookup"]
-APP = {"A": "A", "Bk": "B-keys", "Bl": "B-lookup"}
-SCHEMA = {"wal_delivery": "A", "bench_bk": "B-keys", "bench_bl": "B-lookup"}
+DESIGNS = ["A", "A-tuned", "B-keys", "B-lookup"]
+APP = {"A": "A", "At": "A-tuned", "Bk": "B-keys", "Bl": "B-lookup"}
+SCHEMA = {"wal_delivery": "A", "bench_a2": "A-tuned", "bench_bk": "B-keys", "bench_bl": "B-lookup"}
 
 params = {}
 with open(os.path.join(LOGS, "params.env")) as f:
@@ -49,7 +50,7 @@ bounds = {}  # cycle -> end epoch
 for r in tsv("cycles.tsv"):
     at, c, d = float(r[0]), int(r[1]), r[2]
     vals = [None if x == "" else float(x) for x in r[3:]]
-    keys = ["bytes", "extra", "rows", "pending", "oldest", "dead", "live", "parts", "autovac", "longest_xact"]
+    keys = ["bytes", "extra", "heap", "rows", "pending", "oldest", "dead", "live", "parts", "autovac", "longest_xact"]
     cycles[c][d] = dict(zip(keys, vals))
     bounds[c] = at if c not in bounds else min(bounds[c], at)
 ncycles = max(cycles) if cycles else 0
@@ -67,7 +68,7 @@ def cycle_of(t):
 per_sec = {d: defaultdict(int) for d in designs}
 lat = {d: defaultdict(list) for d in designs}  # design -> cycle -> [ms]
 for d in designs:
-    tag = {"A": "A", "B-keys": "Bk", "B-lookup": "Bl"}[d]
+    tag = {v: k for k, v in APP.items()}[d]
     for path in glob.glob(os.path.join(LOGS, f"lat_{tag}.*")):
         with open(path) as f:
             for line in f:
@@ -116,6 +117,18 @@ av_cancel = defaultdict(int)
 wait_re = re.compile(r"\[\d+\] (\S*) ?LOG:  process \d+ (acquired|still waiting for) (\w+) on (.+?) after ([\d.]+) ms")
 av_re = re.compile(r'automatic vacuum of table "[^.]+\.([^.]+)\.([^"]+)"')
 cancel_re = re.compile(r'automatic vacuum of table "[^.]+\.([^.]+)\.')
+def in_steady(line):
+    """Whether a server log line (%m prefix, UTC) falls into the steady-state cycles."""
+    p = line.split(" ", 3)
+    if len(p) < 3 or p[2] != "UTC":
+        return True
+    try:
+        t = datetime.strptime(p[0] + " " + p[1], "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return True
+    return bounds[min(STEADY_FROM, ncycles) - 1] < t <= bounds[ncycles] + 5
+
+
 pg_log = os.path.join(LOGS, "postgres.log")
 if os.path.exists(pg_log):
     with open(pg_log, errors="replace") as f:
@@ -126,7 +139,7 @@ if os.path.exists(pg_log):
             if m:
                 app, state, mode, what, ms = m.groups()
                 parts = app.split("_")
-                if len(parts) >= 3 and parts[0] == "bench" and parts[1] in APP:
+                if len(parts) >= 3 and parts[0] == "bench" and parts[1] in APP and in_steady(line):
                     waits[APP[parts[1]]].append((float(ms), parts[2], f"{mode} on {what}", state))
                 continue
             if "canceling autovacuum task" in line:
@@ -134,7 +147,7 @@ if os.path.exists(pg_log):
                 continue
             m = av_re.search(line)
             if m and "LOG:" in line:
-                current = SCHEMA.get(m.group(1))
+                current = SCHEMA.get(m.group(1)) if in_steady(line) else None
                 continue
             if pending_cancel:
                 m = cancel_re.search(line)
@@ -148,6 +161,14 @@ if os.path.exists(pg_log):
                 current = None
 
 
+def ratio(x, y, fmt="{:.2f}"):
+    try:
+        r = x / y
+    except (TypeError, ZeroDivisionError):
+        return "-" if fmt else None
+    return fmt.format(r) if fmt else r
+
+
 def mb(x):
     return x / 1048576.0 if x is not None else float("nan")
 
@@ -155,9 +176,9 @@ def mb(x):
 # ---------------------------------------------------------------- per cycle
 print(f"\n## per cycle (each {params['CYCLE_S']} s; sizes and counts at the end of the cycle; "
       f"cycles < {STEADY_FROM} fill the window)\n")
-hdr = ("cycle", "t_s", "design", "enq_tps", "p99_ms", "max_ms", "size_MB", "key_MB", "rows", "pending",
+hdr = ("cycle", "t_s", "design", "enq_tps", "p99_ms", "max_ms", "size_MB", "heap_MB", "key_MB", "rows", "pending",
        "dead_tup", "parts", "oldest_s", "autovac", "longest_purge/ddl")
-fmt = "{:>5} {:>5} {:<9} {:>7} {:>7} {:>7} {:>8} {:>6} {:>7} {:>7} {:>8} {:>5} {:>8} {:>7}  {}"
+fmt = "{:>5} {:>5} {:<9} {:>7} {:>7} {:>7} {:>8} {:>7} {:>6} {:>7} {:>7} {:>8} {:>5} {:>8} {:>7}  {}"
 print(fmt.format(*hdr))
 for c in range(1, ncycles + 1):
     for d in designs:
@@ -169,7 +190,7 @@ for c in range(1, ncycles + 1):
         print(fmt.format(
             c, f"{bounds[c] - bounds[0]:.0f}", d, f"{med(secs):.0f}",
             f"{pct(lat[d][c], 99):.1f}", f"{max(lat[d][c], default=float('nan')):.0f}",
-            f"{mb(row['bytes']):.1f}", f"{mb(row['extra']):.1f}", f"{row['rows']:.0f}", f"{row['pending']:.0f}",
+            f"{mb(row['bytes']):.1f}", f"{mb(row['heap']):.1f}", f"{mb(row['extra']):.1f}", f"{row['rows']:.0f}", f"{row['pending']:.0f}",
             f"{row['dead']:.0f}", f"{row['parts']:.0f}", f"{(row['oldest'] or 0):.1f}", f"{row['autovac']:.0f}",
             f"{ms:.0f} ms {kind}" if ms else "-"))
 
@@ -200,6 +221,19 @@ for d in designs:
         pending_max=max((cycles[c][d]["pending"] for c in steady if d in cycles[c]), default=0),
     )
 
+WRITERS = ("writer", "slow")
+MAINT = ("purge", "maint")
+
+
+def waitline(s, roles):
+    """How many waits ended (acquired) and the longest, counting ones still going."""
+    w = [x for x in s["waits"] if x[1] in roles]
+    if not w:
+        return "0"
+    n = sum(1 for x in w if x[3] == "acquired")
+    return f"{n}, {w[0][0]:.0f} ms {w[0][1]}"
+
+
 print(f"\n## steady state (cycles {s_from}-{s_to})\n")
 lines = [
     ("enqueue tps, median of 1 s buckets", lambda s: f"{s['tps']:.0f}"),
@@ -207,8 +241,8 @@ lines = [
     ("enqueue latency max ms", lambda s: f"{s['lmax']:.0f}"),
     ("longest purge or DDL statement ms", lambda s: f"{s['longest'][0]:.0f} ({s['longest'][1]})"),
     ("purge/DDL statements, p99 ms", lambda s: f"{s['nmaint']}, {s['purge_p99']:.0f}"),
-    (f"lock waits >= {params['LOCK_LOG_MS']} ms: n, longest", lambda s: (
-        f"{len(s['waits'])}" + (f", {s['waits'][0][0]:.0f} ms {s['waits'][0][1]}" if s['waits'] else ""))),
+    (f"writers' lock waits >= {params['LOCK_LOG_MS']} ms: n, longest", lambda s: waitline(s, WRITERS)),
+    (f"purge/DDL lock waits >= {params['LOCK_LOG_MS']} ms: n, longest", lambda s: waitline(s, MAINT)),
     ("size MB: median / mid-run / end / max", lambda s: (
         f"{mb(s['size_med']):.1f} / {mb(s['size_mid']):.1f} / {mb(s['size_end']):.1f} / {mb(s['size_max']):.1f}")),
     ("rows held, median", lambda s: f"{s['rows_med']:.0f}"),
@@ -230,18 +264,18 @@ if "A" in summary:
         if d == "A":
             continue
         s = summary[d]
-        print(f"ratio {d}/A: enqueue tps {s['tps'] / a['tps']:.2f}   p99 latency {s['p99'] / a['p99']:.2f}   "
-              f"size (median) {s['size_med'] / a['size_med']:.2f}   size (end) {s['size_end'] / a['size_end']:.2f}   "
-              f"bytes/row {(s['size_med'] / s['rows_med']) / (a['size_med'] / a['rows_med']):.2f}")
+        print(f"ratio {d}/A: enqueue tps {ratio(s['tps'], a['tps'])}   p99 latency {ratio(s['p99'], a['p99'])}   "
+              f"size (median) {ratio(s['size_med'], a['size_med'])}   size (end) {ratio(s['size_end'], a['size_end'])}   "
+              f"bytes/row {ratio(ratio(s['size_med'], s['rows_med'], None), ratio(a['size_med'], a['rows_med'], None))}")
 
 print()
 for d in designs:
     s = summary[d]
-    for ms, role, what, state in s["waits"][:3]:
+    for ms, role, what, state in [x for x in s["waits"] if x[3] == "acquired"][:2]:
         print(f"lock wait {d}: {role} {state} {what} after {ms:.0f} ms")
     for e in s["errors"][:5]:
         print(f"maintenance error {d}: {e}")
-    if s["size_mid"] and s["size_end"]:
-        g = (s["size_end"] / s["size_mid"] - 1) * 100
-        print(f"growth {d}: {g:+.0f}% from mid-run (cycle {half}) to the end; "
-              f"longest open transaction seen {s['longest_xact']:.1f} s")
+    rows_mid, rows_end = cycles[half][d]["rows"], cycles[s_to][d]["rows"]
+    if s["size_mid"] and s["size_end"] and rows_mid and rows_end:
+        print(f"growth {d} from mid-run (cycle {half}) to the end: size {(s['size_end'] / s['size_mid'] - 1) * 100:+.0f}%, "
+              f"rows held {(rows_end / rows_mid - 1) * 100:+.0f}%")

@@ -1,5 +1,5 @@
--- bench/retention/setup.sql: the three outbox designs of bench/retention/run, side by side in
--- one fresh database. psql variables: window (seconds), slice_ms (B's partition width).
+-- bench/retention/setup.sql: the outbox designs of bench/retention/run, side by side in
+-- one fresh database. psql variables: window (seconds), tuned_reloptions (A-tuned).
 --
 --   A         wal_delivery.outbox as the extension ships it; rows leave through
 --             wal_delivery.purge_finished_rows(batch), one short transaction per batch.
@@ -10,18 +10,21 @@
 --   B-lookup  bench_bl.outbox: partitioned the same way; global idempotency through an
 --             advisory lock on hash(topic, key) and a lookup in every attached partition
 --             (a plain index on (topic, idempotency_key) per partition).
+--   A-tuned   bench_a2.outbox: a copy of A (table LIKE wal_delivery.outbox INCLUDING ALL,
+--             the extension's functions copied with pg_get_functiondef) with extra storage
+--             parameters (psql variable tuned_reloptions), to try a change to A side by side.
 --
 -- B's enqueue repeats every check of wal_delivery.enqueue_payload (same topic lookup, limits,
 -- definer and search_path), so the difference in cost is the storage design alone.
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
-DROP SCHEMA IF EXISTS bench, bench_bk, bench_bl CASCADE;
+DROP SCHEMA IF EXISTS bench, bench_a2, bench_bk, bench_bl CASCADE;
 DROP EXTENSION IF EXISTS wal_delivery CASCADE;
 CREATE EXTENSION wal_delivery;
 
 INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas, partitions, idempotency_window)
 SELECT name, 1, 1, 1, make_interval(secs => :window)
-  FROM unnest(ARRAY['bench_a', 'bench_bk', 'bench_bl']) name;
+  FROM unnest(ARRAY['bench_a', 'bench_a2', 'bench_bk', 'bench_bl']) name;
 
 CREATE SCHEMA bench;
 
@@ -41,6 +44,7 @@ CREATE TABLE bench.cycles (
     design text NOT NULL,
     total_bytes bigint,       -- table + indexes + toast, every partition, B-keys' key table too
     extra_bytes bigint,       -- of which the key table (B-keys)
+    heap_bytes bigint,        -- of which heap (main fork): the rest is indexes, toast, fsm/vm
     rows bigint,              -- rows in the outbox (count(*))
     pending bigint,           -- not yet marked stored: the relay's backlog
     oldest_s double precision,-- age of the oldest row: how long rows are really kept
@@ -50,6 +54,41 @@ CREATE TABLE bench.cycles (
     autovacuums bigint,       -- autovacuum_count, summed (partitions dropped lose theirs)
     longest_xact_s double precision  -- longest open transaction in the database (any session)
 );
+
+------------------------------------------------------------------------------ A-tuned: A's copy
+
+CREATE FUNCTION bench.make_a_copy(s text, extra_reloptions text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    opts text := (SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = 'wal_delivery.outbox'::regclass);
+    f regprocedure;
+    def text;
+BEGIN
+    EXECUTE format('CREATE SCHEMA %I', s);
+    EXECUTE format('CREATE TABLE %I.outbox (LIKE wal_delivery.outbox INCLUDING ALL)', s);
+    IF opts IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE %I.outbox SET (%s)', s, opts);
+    END IF;
+    IF coalesce(extra_reloptions, '') <> '' THEN
+        EXECUTE format('ALTER TABLE %I.outbox SET (%s)', s, extra_reloptions);
+    END IF;
+    FOREACH f IN ARRAY ARRAY[
+        'wal_delivery.enqueue_payload(text, bytea, text, text, text, jsonb)',
+        'pg_catalog.wal_enqueue(text, text, text, text, jsonb)',
+        'wal_delivery.claim_ready_to_ship(integer)',
+        'wal_delivery.refuse_ship_transition(bigint)',
+        'wal_delivery.mark_stored(bigint[])',
+        'wal_delivery.purge_finished_rows(integer)']::regprocedure[]
+    LOOP
+        def := pg_get_functiondef(f);
+        def := regexp_replace(def, 'wal_delivery\.outbox\M', s || '.outbox', 'g');
+        def := regexp_replace(def, '(wal_delivery|pg_catalog)\.(enqueue_payload|wal_enqueue|claim_ready_to_ship|refuse_ship_transition|mark_stored|purge_finished_rows)\M',
+                              s || '.\2', 'g');
+        EXECUTE def;
+    END LOOP;
+END $fn$;
+
+SELECT bench.make_a_copy('bench_a2', :'tuned_reloptions');
 
 ------------------------------------------------------------------------------ B: the tables
 
@@ -252,21 +291,33 @@ SELECT bench.make_partitioned('bench_bk', 'keys');
 SELECT bench.make_partitioned('bench_bl', 'lookup');
 
 -- B's maintenance plan for one tick, run by bench/retention/run, which carries it out one
--- statement at a time (DETACH ... CONCURRENTLY cannot run inside a function):
+-- statement at a time (DETACH ... CONCURRENTLY cannot run inside a function), in two loops:
+-- mode 'create' (creation must not wait behind a DETACH) and mode 'retire'.
 --   create    a partition for every slice from the current one to ahead_ms ahead
---             (CREATE TABLE ... LIKE, then ATTACH: PARTITION OF would lock the parent
---             ACCESS EXCLUSIVE and queue behind every writer)
+--             (CREATE TABLE ... LIKE, then ATTACH: CREATE TABLE ... PARTITION OF, like a
+--             plain DROP of a partition, locks the parent ACCESS EXCLUSIVE, so it waits for
+--             every open writer and every new writer waits behind it)
 --   detach    a partition whose range ended more than the window ago and whose rows are all
---             finished, and finished more than the window ago; then DROP it
+--             finished, and finished more than the window ago; then DROP it. At most two a
+--             tick: each waits for every transaction open on the outbox when it started.
 --   finalize  a detach that was interrupted;  drop  a detached table left over
-CREATE FUNCTION bench.maint_plan(s text, slice_ms bigint, ahead_ms bigint, window_s double precision)
+CREATE FUNCTION bench.maint_plan(s text, mode text, slice_ms bigint, ahead_ms bigint, window_s double precision)
 RETURNS TABLE (action text, name text, lo text, hi text)
 LANGUAGE plpgsql AS $$
 DECLARE
     now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     r record;
     ok boolean;
+    detaches integer := 0;
 BEGIN
+    IF mode = 'create' THEN
+        RETURN QUERY
+            SELECT 'create', 'p' || l, (l / 1000.0)::text, ((l + slice_ms) / 1000.0)::text
+              FROM generate_series((now_ms / slice_ms) * slice_ms, now_ms + ahead_ms, slice_ms) l
+             WHERE NOT EXISTS (SELECT 1 FROM pg_class c
+                                WHERE c.relnamespace = s::regnamespace AND c.relname = 'p' || l);
+        RETURN;
+    END IF;
     FOR r IN
         SELECT c.relname, i.inhdetachpending AS pending,
                substr(c.relname, 2)::bigint AS lo_ms
@@ -277,26 +328,23 @@ BEGIN
         IF r.pending THEN
             action := 'finalize'; name := r.relname; lo := NULL; hi := NULL;
             RETURN NEXT;
-        ELSIF r.lo_ms + slice_ms < now_ms - window_s * 1000 THEN
+        ELSIF r.lo_ms + slice_ms < now_ms - window_s * 1000 AND detaches < 2 THEN
             EXECUTE format($q$SELECT NOT EXISTS (SELECT 1 FROM %I.%I
                                 WHERE state NOT IN ('stored', 'dead') OR finished_at >= now() - make_interval(secs => $1))$q$,
                            s, r.relname) INTO ok USING window_s;
             IF ok THEN
                 action := 'detach'; name := r.relname; lo := NULL; hi := NULL;
+                detaches := detaches + 1;
                 RETURN NEXT;
             END IF;
         END IF;
     END LOOP;
+    -- tables detached earlier whose DROP failed (not ones just created, not yet attached)
     RETURN QUERY
         SELECT 'drop', c.relname::text, NULL::text, NULL::text
           FROM pg_class c
          WHERE c.relnamespace = s::regnamespace AND c.relkind = 'r' AND c.relname ~ '^p[0-9]+$'
-           AND NOT c.relispartition;
-    RETURN QUERY
-        SELECT 'create', 'p' || l, (l / 1000.0)::text, ((l + slice_ms) / 1000.0)::text
-          FROM generate_series((now_ms / slice_ms) * slice_ms, now_ms + ahead_ms, slice_ms) l
-         WHERE NOT EXISTS (SELECT 1 FROM pg_class c
-                            WHERE c.relnamespace = s::regnamespace AND c.relname = 'p' || l);
+           AND NOT c.relispartition AND substr(c.relname, 2)::bigint + slice_ms < now_ms;
 END $$;
 
 ------------------------------------------------------------------------------ the loops
@@ -315,6 +363,8 @@ BEGIN
         t0 := clock_timestamp();
         IF p_design = 'A' THEN
             n := wal_delivery.mark_stored(ARRAY(SELECT id FROM wal_delivery.claim_ready_to_ship(p_batch)));
+        ELSIF p_design = 'A-tuned' THEN
+            n := bench_a2.mark_stored(ARRAY(SELECT id FROM bench_a2.claim_ready_to_ship(p_batch)));
         ELSIF p_design = 'B-keys' THEN
             SELECT bench_bk.mark_stored(coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.created_at), '{}')) INTO n
               FROM bench_bk.claim_ready_to_ship(p_batch) c;
@@ -334,10 +384,10 @@ BEGIN
     END LOOP;
 END $$;
 
--- A's purger: every p_every seconds, wal_delivery.purge_finished_rows(p_batch) until a batch
+-- A's purger (or A-tuned's): every p_every seconds, wal_delivery.purge_finished_rows(p_batch) until a batch
 -- comes back short, each batch its own transaction (the body of wal_delivery.purge_finished),
 -- each timed.
-CREATE PROCEDURE bench.purge_a(p_until timestamptz, p_batch integer, p_every double precision)
+CREATE PROCEDURE bench.purge_a(p_design text, p_until timestamptz, p_batch integer, p_every double precision)
 LANGUAGE plpgsql AS $$
 DECLARE
     n integer;
@@ -348,9 +398,13 @@ BEGIN
         tick := clock_timestamp();
         LOOP
             t0 := clock_timestamp();
-            n := wal_delivery.purge_finished_rows(p_batch);
+            IF p_design = 'A' THEN
+                n := wal_delivery.purge_finished_rows(p_batch);
+            ELSE
+                n := bench_a2.purge_finished_rows(p_batch);
+            END IF;
             INSERT INTO bench.events (design, kind, ms, n)
-            VALUES ('A', 'purge', extract(epoch FROM clock_timestamp() - t0) * 1000, n);
+            VALUES (p_design, 'purge', extract(epoch FROM clock_timestamp() - t0) * 1000, n);
             COMMIT;
             EXIT WHEN n < p_batch;
         END LOOP;
@@ -411,21 +465,32 @@ BEGIN
      WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
        AND backend_type = 'client backend';
 
-    INSERT INTO bench.cycles (cycle, design, total_bytes, extra_bytes, rows, pending, oldest_s,
+    INSERT INTO bench.cycles (cycle, design, total_bytes, extra_bytes, heap_bytes, rows, pending, oldest_s,
                               n_dead_tup, n_live_tup, partitions, autovacuums, longest_xact_s)
-    SELECT p_cycle, 'A', pg_total_relation_size('wal_delivery.outbox'), 0,
+    SELECT p_cycle, 'A', pg_total_relation_size('wal_delivery.outbox'), 0, pg_relation_size('wal_delivery.outbox'),
            (SELECT count(*) FROM wal_delivery.outbox),
            (SELECT count(*) FROM wal_delivery.outbox WHERE state = 'pending'),
            (SELECT extract(epoch FROM clock_timestamp() - min(created_at)) FROM wal_delivery.outbox),
            s.n_dead_tup, s.n_live_tup, 1, s.autovacuum_count, longest
       FROM pg_stat_user_tables s WHERE s.relid = 'wal_delivery.outbox'::regclass;
 
-    INSERT INTO bench.cycles (cycle, design, total_bytes, extra_bytes, rows, pending, oldest_s,
+    INSERT INTO bench.cycles (cycle, design, total_bytes, extra_bytes, heap_bytes, rows, pending, oldest_s,
+                              n_dead_tup, n_live_tup, partitions, autovacuums, longest_xact_s)
+    SELECT p_cycle, 'A-tuned', pg_total_relation_size('bench_a2.outbox'), 0, pg_relation_size('bench_a2.outbox'),
+           (SELECT count(*) FROM bench_a2.outbox),
+           (SELECT count(*) FROM bench_a2.outbox WHERE state = 'pending'),
+           (SELECT extract(epoch FROM clock_timestamp() - min(created_at)) FROM bench_a2.outbox),
+           s.n_dead_tup, s.n_live_tup, 1, s.autovacuum_count, longest
+      FROM pg_stat_user_tables s WHERE s.relid = 'bench_a2.outbox'::regclass;
+
+    INSERT INTO bench.cycles (cycle, design, total_bytes, extra_bytes, heap_bytes, rows, pending, oldest_s,
                               n_dead_tup, n_live_tup, partitions, autovacuums, longest_xact_s)
     SELECT p_cycle, d.design,
            (SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0) FROM pg_partition_tree(d.parent) t WHERE t.isleaf)
              + coalesce(pg_total_relation_size(d.keys), 0),
            coalesce(pg_total_relation_size(d.keys), 0),
+           (SELECT coalesce(sum(pg_relation_size(t.relid)), 0) FROM pg_partition_tree(d.parent) t WHERE t.isleaf)
+             + coalesce(pg_relation_size(d.keys), 0),
            d.rows, d.pending, d.oldest,
            (SELECT coalesce(sum(s.n_dead_tup), 0) FROM pg_stat_user_tables s
              WHERE s.relid IN (SELECT relid FROM pg_partition_tree(d.parent) WHERE isleaf) OR s.relid = d.keys),

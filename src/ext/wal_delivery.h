@@ -4,7 +4,7 @@
 #ifndef WAL_DELIVERY_H
 #define WAL_DELIVERY_H
 
-#define WAL_DELIVERY_VERSION "0.3"
+#define WAL_DELIVERY_VERSION "0.4"
 
 extern bool wal_delivery_force_delete;
 
