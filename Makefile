@@ -26,7 +26,7 @@ WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/common/*.c)
 WORKER_OBJS  = $(patsubst src/workers/%.c,build/workers/%.o,$(WORKER_SRCS))
 WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers \
 	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP
-WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lpthread -lm
+WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lcrypto -lpthread -lm
 
 all: bin/wal-worker
 

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/options.h"
+#include "roles.h"
 
 int
 main(int argc, char **argv)
@@ -38,6 +39,9 @@ main(int argc, char **argv)
 	log_set_role(opts.role);
 	if (opts.verbose)
 		log_set_min_level(LOG_DEBUG);
+
+	if (strcmp(opts.role, "consume") == 0)
+		return run_consume(&opts);
 
 	/* The roles land one by one (see the project's issues); until then say so plainly. */
 	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",

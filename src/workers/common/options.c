@@ -33,6 +33,9 @@ static const char common_help[] =
 	"                       -X bootstrap.servers=127.0.0.1:9092 -X security.protocol=ssl;\n"
 	"                       bootstrap.servers defaults to the control plane's setting\n"
 	"  --admin-port PORT    serve /metrics, /healthz, /readyz and /config on 127.0.0.1:PORT\n"
+	"  --peer URL           a peer worker (or a load balancer in front of them) to ask\n"
+	"                       for its cached config when the database is unreachable\n"
+	"                       (repeatable), e.g. --peer http://10.0.0.7:9400\n"
 	"  --time-scale N       run every delay, pause and probe interval N times faster\n"
 	"                       (tests use 10; default 1)\n"
 	"  -v, --verbose        log debug events too\n"
@@ -85,7 +88,8 @@ enum
 {
 	OPT_ADMIN_PORT = 256,
 	OPT_TIME_SCALE,
-	OPT_DESTINATION
+	OPT_DESTINATION,
+	OPT_PEER
 };
 
 int
@@ -96,6 +100,7 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 		{"admin-port", required_argument, NULL, OPT_ADMIN_PORT},
 		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
 		{"destination", required_argument, NULL, OPT_DESTINATION},
+		{"peer", required_argument, NULL, OPT_PEER},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -155,6 +160,14 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				if (optarg[0] == '\0')
 					return usage_error(role, "--destination needs a destination name%s", "");
 				opts->destination = optarg;
+				break;
+			case OPT_PEER:
+				if (strncmp(optarg, "http://", 7) != 0 && strncmp(optarg, "https://", 8) != 0)
+					return usage_error(role, "--peer must be an http:// or https:// URL, got '%s'",
+									   optarg);
+				if (opts->n_peers == MAX_PEERS)
+					return usage_error(role, "too many --peer URLs (at most 16), at '%s'", optarg);
+				opts->peers[opts->n_peers++] = optarg;
 				break;
 			case 'v':
 				opts->verbose = true;

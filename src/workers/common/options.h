@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #define MAX_KAFKA_PROPS 64
+#define MAX_PEERS 16
 
 typedef struct
 {
@@ -25,6 +26,8 @@ typedef struct
 	int admin_port;			 /* 0: no admin HTTP server */
 	double time_scale;		 /* every delay is divided by this */
 	bool verbose;
+	int n_peers;
+	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
 	int n_kafka_props;
 	kafka_prop kafka_props[MAX_KAFKA_PROPS];
 } worker_options;

@@ -1,0 +1,269 @@
+/*
+ * admin_server.c: the admin HTTP server (see admin_server.h) on libmicrohttpd.
+ *
+ * We open the listening socket ourselves and hand it to libmicrohttpd: that way it is
+ * bound to 127.0.0.1 only, and a port already in use is reported with the errno of the
+ * bind, which libmicrohttpd's own start-up would reduce to a NULL daemon.
+ */
+#include "admin_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "metrics.h"
+
+#define ADMIN_CONNECTION_LIMIT     64
+#define ADMIN_CONNECTION_TIMEOUT_S 10
+
+#define CONTENT_TYPE_TEXT    "text/plain; charset=utf-8"
+#define CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
+#define CONTENT_TYPE_JSON    "application/json"
+
+struct admin_server
+{
+	struct MHD_Daemon *daemon;
+	admin_handlers handlers;
+	int port;
+};
+
+static void set_error(char *errbuf, size_t errbuf_size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+set_error(char *errbuf, size_t errbuf_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errbuf == NULL || errbuf_size == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errbuf_size, fmt, ap);
+	va_end(ap);
+}
+
+/* libmicrohttpd's own complaints (a failed accept, a client gone mid-reply) go to our log. */
+static void
+log_mhd_message(void *arg, const char *fmt, va_list ap)
+{
+	char message[512];
+	size_t len;
+
+	(void) arg;
+	vsnprintf(message, sizeof(message), fmt, ap);
+	len = strlen(message);
+	while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == '\r'))
+		message[--len] = '\0';
+	log_warn("event=admin_server_message msg=\"%s\"", message);
+}
+
+/*
+ * Queues one response. body is either static (must_free false) or malloc'd and then
+ * always owned by this function.
+ */
+static enum MHD_Result
+send_response(struct MHD_Connection *connection, unsigned int status, const char *content_type,
+			  const char *body, bool must_free)
+{
+	struct MHD_Response *response;
+	enum MHD_Result result;
+
+	response = MHD_create_response_from_buffer(
+		strlen(body), (void *) body, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (response == NULL)
+	{
+		if (must_free)
+			free((void *) body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	/* Every answer describes the worker now; a cached one would lie. */
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+	result = MHD_queue_response(connection, status, response);
+	MHD_destroy_response(response);
+	return result;
+}
+
+static enum MHD_Result
+serve_readyz(const admin_server *server, struct MHD_Connection *connection)
+{
+	bool ready =
+		server->handlers.is_ready == NULL || server->handlers.is_ready(server->handlers.arg);
+
+	if (ready)
+		return send_response(connection, MHD_HTTP_OK, CONTENT_TYPE_TEXT, "ready\n", false);
+	return send_response(connection, MHD_HTTP_SERVICE_UNAVAILABLE, CONTENT_TYPE_TEXT, "not ready\n",
+						 false);
+}
+
+static enum MHD_Result
+serve_config(const admin_server *server, struct MHD_Connection *connection)
+{
+	char *json = NULL;
+
+	if (server->handlers.config_json != NULL)
+		json = server->handlers.config_json(server->handlers.arg);
+	if (json == NULL)
+		return send_response(connection, MHD_HTTP_SERVICE_UNAVAILABLE, CONTENT_TYPE_TEXT,
+							 "no config loaded yet\n", false);
+	return send_response(connection, MHD_HTTP_OK, CONTENT_TYPE_JSON, json, true);
+}
+
+static enum MHD_Result
+handle_admin_request(void *arg, struct MHD_Connection *connection, const char *url,
+					 const char *method, const char *version, const char *upload_data,
+					 size_t *upload_data_size, void **request_state)
+{
+	static int request_started;
+	const admin_server *server = arg;
+
+	(void) version;
+	(void) upload_data;
+
+	/*
+	 * Answer only once the whole request is in: answering while a body is still unread
+	 * makes libmicrohttpd close the connection, and the client may see a reset instead of
+	 * our 405.
+	 */
+	if (*request_state == NULL)
+	{
+		*request_state = &request_started;
+		return MHD_YES;
+	}
+	if (*upload_data_size != 0)
+	{
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+
+	/* HEAD is GET without the body, which libmicrohttpd drops for us. */
+	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+		return send_response(connection, MHD_HTTP_METHOD_NOT_ALLOWED, CONTENT_TYPE_TEXT,
+							 "method not allowed\n", false);
+
+	if (strcmp(url, "/metrics") == 0)
+		return send_response(connection, MHD_HTTP_OK, CONTENT_TYPE_METRICS, metrics_render(), true);
+	if (strcmp(url, "/healthz") == 0)
+		return send_response(connection, MHD_HTTP_OK, CONTENT_TYPE_TEXT, "ok\n", false);
+	if (strcmp(url, "/readyz") == 0)
+		return serve_readyz(server, connection);
+	if (strcmp(url, "/config") == 0)
+		return serve_config(server, connection);
+	return send_response(connection, MHD_HTTP_NOT_FOUND, CONTENT_TYPE_TEXT, "not found\n", false);
+}
+
+/* Returns the listening socket, or -1 with errno set by the call that failed. */
+static int
+listen_on_loopback(int port, int *bound_port)
+{
+	struct sockaddr_in addr;
+	socklen_t addr_len = sizeof(addr);
+	int one = 1;
+	int fd;
+	int saved_errno;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	/*
+	 * Lets a restarted worker take its port back while old connections sit in TIME_WAIT;
+	 * on Linux it never lets two listeners share the port.
+	 */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sin_family = AF_INET;
+	addr.sin_port = htons((uint16_t) port);
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *) &addr, sizeof(addr)) != 0 || listen(fd, 64) != 0 ||
+		getsockname(fd, (struct sockaddr *) &addr, &addr_len) != 0)
+	{
+		saved_errno = errno;
+		close(fd);
+		errno = saved_errno;
+		return -1;
+	}
+	*bound_port = ntohs(addr.sin_port);
+	return fd;
+}
+
+admin_server *
+admin_server_start(int port, const admin_handlers *handlers, char *errbuf, size_t errbuf_size)
+{
+	admin_server *server;
+	int listen_fd;
+
+	if (port < 0 || port > 65535)
+	{
+		set_error(errbuf, errbuf_size, "cannot listen on 127.0.0.1:%d: not a port number", port);
+		return NULL;
+	}
+
+	server = calloc(1, sizeof(*server));
+	if (server == NULL)
+	{
+		set_error(errbuf, errbuf_size, "cannot start the admin server: out of memory");
+		return NULL;
+	}
+	if (handlers != NULL)
+		server->handlers = *handlers;
+
+	listen_fd = listen_on_loopback(port, &server->port);
+	if (listen_fd < 0)
+	{
+		set_error(errbuf, errbuf_size, "cannot listen on 127.0.0.1:%d: %s", port, strerror(errno));
+		free(server);
+		return NULL;
+	}
+
+	/*
+	 * One internal thread polls every connection, so the handlers are never called
+	 * concurrently; the timeout drops clients that connect and then say nothing.
+	 */
+	server->daemon = MHD_start_daemon(
+		MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle_admin_request,
+		server, MHD_OPTION_EXTERNAL_LOGGER, log_mhd_message, NULL, MHD_OPTION_LISTEN_SOCKET,
+		(MHD_socket) listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int) ADMIN_CONNECTION_LIMIT,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) ADMIN_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+	if (server->daemon == NULL)
+	{
+		/*
+		 * Left open on purpose: libmicrohttpd versions differ on whether a failed start
+		 * closes a socket it was given, and closing it twice could close another thread's
+		 * file. This path ends the worker anyway.
+		 */
+		set_error(errbuf, errbuf_size,
+				  "cannot start the admin server on 127.0.0.1:%d (libmicrohttpd refused; see "
+				  "the log)",
+				  server->port);
+		free(server);
+		return NULL;
+	}
+	return server;
+}
+
+int
+admin_server_port(const admin_server *server)
+{
+	return server->port;
+}
+
+void
+admin_server_stop(admin_server *server)
+{
+	if (server == NULL)
+		return;
+	/* Joins the server thread and closes the listening socket. */
+	MHD_stop_daemon(server->daemon);
+	free(server);
+}

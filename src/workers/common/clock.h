@@ -1,0 +1,29 @@
+/*
+ * clock.h: milliseconds for timers (monotonic) and for timestamps that travel in
+ * messages (wall clock).
+ */
+#ifndef WAL_CLOCK_H
+#define WAL_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int64_t
+wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#endif

@@ -1,0 +1,230 @@
+/*
+ * config_watch.c: load, cache and refresh the configuration (see config_watch.h).
+ *
+ * The current configuration is only replaced, never edited, and only from the worker's
+ * own thread; the admin server's thread reads the JSON under a mutex.
+ */
+#include "config_watch.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+
+#define POLL_INTERVAL_MS 30000
+#define RECONNECT_INTERVAL_MS 5000
+#define START_RETRY_MS 2000
+
+struct config_watch
+{
+	const worker_options *opts;
+	PGconn *conn;
+	control_plane_config *current;
+	int64_t next_poll_ms;
+	int64_t next_reconnect_ms;
+	bool db_down_logged;
+	pthread_mutex_t json_lock; /* guards current->json against the admin thread */
+};
+
+static bool
+connect_db(config_watch *w, char *errbuf, size_t errbuf_size)
+{
+	PGresult *res;
+
+	if (w->conn && PQstatus(w->conn) == CONNECTION_OK)
+		return true;
+	if (w->conn)
+		PQfinish(w->conn);
+	w->conn = PQconnectdb(w->opts->conninfo);
+	if (PQstatus(w->conn) != CONNECTION_OK)
+	{
+		snprintf(errbuf, errbuf_size, "%s", PQerrorMessage(w->conn));
+		/* libpq messages end with a newline */
+		errbuf[strcspn(errbuf, "\n")] = '\0';
+		PQfinish(w->conn);
+		w->conn = NULL;
+		return false;
+	}
+	res = PQexec(w->conn, "LISTEN wal_delivery_published");
+	PQclear(res);
+	return true;
+}
+
+static control_plane_config *
+load_from_db(config_watch *w, char *errbuf, size_t errbuf_size)
+{
+	control_plane_config *config;
+
+	if (!connect_db(w, errbuf, errbuf_size))
+		return NULL;
+	config = config_load_from_db(w->conn, errbuf, errbuf_size);
+	if (config == NULL && PQstatus(w->conn) != CONNECTION_OK)
+	{
+		PQfinish(w->conn);
+		w->conn = NULL;
+	}
+	return config;
+}
+
+static void
+replace_current(config_watch *w, control_plane_config *config)
+{
+	control_plane_config *old;
+
+	pthread_mutex_lock(&w->json_lock);
+	old = w->current;
+	w->current = config;
+	pthread_mutex_unlock(&w->json_lock);
+	config_free(old);
+}
+
+config_watch *
+config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
+{
+	config_watch *w = calloc(1, sizeof(*w));
+	char errbuf[1024];
+	char peer_err[1024];
+
+	w->opts = opts;
+	pthread_mutex_init(&w->json_lock, NULL);
+	while (!*stop)
+	{
+		control_plane_config *config = load_from_db(w, errbuf, sizeof(errbuf));
+
+		for (int i = 0; config == NULL && i < opts->n_peers; i++)
+		{
+			config = config_load_from_peer(opts->peers[i], getenv("WAL_PEER_TOKEN"), peer_err,
+										   sizeof(peer_err));
+			if (config)
+				log_warn("event=config_from_peer peer=%s version=%" PRId64
+						 " msg=\"database unreachable (%s); using a peer's cached config\"",
+						 opts->peers[i], config->version, errbuf);
+			else
+				log_warn("event=peer_failed peer=%s error=\"%s\"", opts->peers[i], peer_err);
+		}
+		if (config)
+		{
+			w->current = config;
+			w->next_poll_ms = now_ms() + POLL_INTERVAL_MS;
+			return w;
+		}
+		log_error("event=no_config error=\"%s\" peers=%d msg=\"no configuration yet: the database "
+				  "is unreachable and no peer answered; retrying in %d ms\"",
+				  errbuf, opts->n_peers, START_RETRY_MS);
+		for (int waited = 0; waited < START_RETRY_MS && !*stop; waited += 100)
+			usleep(100 * 1000);
+	}
+	config_watch_stop(w);
+	return NULL;
+}
+
+const control_plane_config *
+config_watch_current(const config_watch *w)
+{
+	return w->current;
+}
+
+/* True when a notification on wal_delivery_published arrived. */
+static bool
+notified(config_watch *w)
+{
+	PGnotify *n;
+	bool any = false;
+
+	if (w->conn == NULL || !PQconsumeInput(w->conn))
+		return false;
+	while ((n = PQnotifies(w->conn)) != NULL)
+	{
+		any = true;
+		PQfreemem(n);
+	}
+	return any;
+}
+
+bool
+config_watch_poll(config_watch *w)
+{
+	char errbuf[1024];
+	control_plane_config *config;
+	int64_t now = now_ms();
+
+	if (w->conn == NULL || PQstatus(w->conn) != CONNECTION_OK)
+	{
+		if (now < w->next_reconnect_ms)
+			return false;
+		w->next_reconnect_ms = now + RECONNECT_INTERVAL_MS;
+		if (!connect_db(w, errbuf, sizeof(errbuf)))
+		{
+			if (!w->db_down_logged)
+				log_warn("event=db_unreachable error=\"%s\" msg=\"keeping config version %" PRId64
+						 "; retrying every %d ms\"",
+						 errbuf, w->current->version, RECONNECT_INTERVAL_MS);
+			w->db_down_logged = true;
+			return false;
+		}
+		log_info("event=db_reachable msg=\"reloading config\"");
+		w->db_down_logged = false;
+		w->next_poll_ms = 0;
+	}
+	if (!notified(w) && now < w->next_poll_ms)
+		return false;
+	w->next_poll_ms = now + POLL_INTERVAL_MS;
+	config = load_from_db(w, errbuf, sizeof(errbuf));
+	if (config == NULL)
+	{
+		log_warn("event=config_reload_failed error=\"%s\" msg=\"keeping version %" PRId64 "\"",
+				 errbuf, w->current->version);
+		return false;
+	}
+	if (config->version == w->current->version &&
+		config->published_version == w->current->published_version)
+	{
+		config_free(config);
+		return false;
+	}
+	log_info("event=config_changed from=%" PRId64 " to=%" PRId64 " published=%" PRId64,
+			 w->current->version, config->version, config->published_version);
+	replace_current(w, config);
+	return true;
+}
+
+char *
+config_watch_json_for_peers(config_watch *w)
+{
+	json_t *root;
+	json_t *destinations;
+	json_t *d;
+	size_t i;
+	char *out;
+
+	pthread_mutex_lock(&w->json_lock);
+	root = w->current ? json_loads(w->current->json, 0, NULL) : NULL;
+	pthread_mutex_unlock(&w->json_lock);
+	if (root == NULL)
+		return NULL;
+	destinations = json_object_get(root, "destinations");
+	json_array_foreach(destinations, i, d)
+	{
+		if (json_is_string(json_object_get(d, "signing_secret")))
+			json_object_set_new(d, "signing_secret", json_string("redacted"));
+	}
+	out = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	return out;
+}
+
+void
+config_watch_stop(config_watch *w)
+{
+	if (w == NULL)
+		return;
+	if (w->conn)
+		PQfinish(w->conn);
+	config_free(w->current);
+	pthread_mutex_destroy(&w->json_lock);
+	free(w);
+}

@@ -1,0 +1,35 @@
+/*
+ * config_watch.h: keeps a worker's configuration current.
+ *
+ * At start it loads the configuration from the database, or, when the database is
+ * unreachable, from the first --peer that answers; it retries until one does (logging
+ * each failure) and never returns an empty configuration. Then it follows the published
+ * version: a NOTIFY on wal_delivery_published triggers a reload at once, and a poll
+ * every POLL_INTERVAL catches a missed notification. While the database is down the
+ * cached configuration stays in use and the connection is retried.
+ */
+#ifndef WAL_CONFIG_WATCH_H
+#define WAL_CONFIG_WATCH_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "control_plane.h"
+#include "options.h"
+
+typedef struct config_watch config_watch;
+
+/* NULL only when *stop became set before any configuration was loaded. */
+config_watch *config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop);
+
+const control_plane_config *config_watch_current(const config_watch *watch);
+
+/* Non-blocking. True when a newer configuration replaced the current one. */
+bool config_watch_poll(config_watch *watch);
+
+/* The cached document for peers, signing secrets redacted (malloc'd). */
+char *config_watch_json_for_peers(config_watch *watch);
+
+void config_watch_stop(config_watch *watch);
+
+#endif

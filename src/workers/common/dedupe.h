@@ -1,0 +1,25 @@
+/*
+ * dedupe.h: remembers which (idempotency key, destination) pairs were delivered, for a
+ * time-to-live and up to a fixed number of entries, so a redelivered record is not sent
+ * to the same destination again. Best effort by design: once an entry expires or is
+ * evicted the record may be sent again, which is why destinations dedupe too.
+ */
+#ifndef WAL_DEDUPE_H
+#define WAL_DEDUPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dedupe_set dedupe_set;
+
+dedupe_set *dedupe_new(size_t max_entries, long ttl_ms);
+void dedupe_free(dedupe_set *set);
+void dedupe_set_ttl(dedupe_set *set, long ttl_ms);
+
+/* True when (key, destination) was delivered within the TTL. */
+bool dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms);
+void dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64_t now_ms);
+size_t dedupe_size(const dedupe_set *set);
+
+#endif

@@ -1,0 +1,323 @@
+/*
+ * handoff.c: the retry/DLQ producer (see handoff.h).
+ *
+ * A write that Kafka did not acknowledge is queued again after a short pause instead of
+ * being reported done, so a copy is never lost to a broker hiccup; the caller's offset
+ * stays uncommitted meanwhile.
+ */
+#include "handoff.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "kafka_conf.h"
+#include "log.h"
+
+#define RESEND_PAUSE_MS 1000
+
+/* One write in flight, with everything needed to send it again. */
+typedef struct pending_write
+{
+	char *topic;
+	int32_t partition;
+	char *key;
+	char *payload;
+	size_t payload_len;
+	rd_kafka_headers_t *headers;
+	void *opaque;
+	int64_t resend_at_ms; /* 0 while in flight */
+	struct pending_write *next;
+} pending_write;
+
+struct handoff_producer
+{
+	rd_kafka_t *rk;
+	handoff_done_fn done;
+	void *arg;
+	int pending;
+	pending_write *to_resend;
+};
+
+static char *
+header_string(const rd_kafka_message_t *rkm, const char *name)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	const void *value;
+	size_t size;
+
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		rd_kafka_header_get_last(hdrs, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		value == NULL)
+		return NULL;
+	return strndup(value, size);
+}
+
+void
+handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm)
+{
+	memset(m, 0, sizeof(*m));
+	m->source_topic = strdup(rd_kafka_topic_name(rkm->rkt));
+	m->source_partition = rkm->partition;
+	m->source_offset = rkm->offset;
+	m->idempotency_key = header_string(rkm, "idempotency-key");
+	if (m->idempotency_key == NULL)
+	{
+		/* Not written by the relay: the record's place in Kafka is its identity. */
+		char fallback[512];
+
+		snprintf(fallback, sizeof(fallback), "%s-%d-%" PRId64, m->source_topic, rkm->partition,
+				 rkm->offset);
+		m->idempotency_key = strdup(fallback);
+	}
+	m->content_type = header_string(rkm, "content-type");
+	m->outbox_id = header_string(rkm, "outbox-id");
+	m->created_at = header_string(rkm, "created-at");
+	m->payload = malloc(rkm->len + 1);
+	memcpy(m->payload, rkm->payload ? rkm->payload : "", rkm->len);
+	m->payload[rkm->len] = '\0';
+	m->payload_len = rkm->len;
+}
+
+static char *
+dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+void
+handoff_message_copy(handoff_message *dst, const handoff_message *src)
+{
+	*dst = *src;
+	dst->source_topic = strdup(src->source_topic);
+	dst->idempotency_key = strdup(src->idempotency_key);
+	dst->content_type = dup_or_null(src->content_type);
+	dst->outbox_id = dup_or_null(src->outbox_id);
+	dst->created_at = dup_or_null(src->created_at);
+	dst->payload = malloc(src->payload_len + 1);
+	memcpy(dst->payload, src->payload, src->payload_len + 1);
+}
+
+void
+handoff_message_clear(handoff_message *m)
+{
+	free(m->source_topic);
+	free(m->idempotency_key);
+	free(m->content_type);
+	free(m->outbox_id);
+	free(m->created_at);
+	free(m->payload);
+	memset(m, 0, sizeof(*m));
+}
+
+const char *
+handoff_target_name(handoff_target target)
+{
+	switch (target)
+	{
+		case HANDOFF_RETRY_STEP_1:
+			return "retry.1";
+		case HANDOFF_RETRY_STEP_2:
+			return "retry.2";
+		case HANDOFF_RETRY_STEP_3:
+			return "retry.3";
+		case HANDOFF_DLQ:
+			return "dlq";
+	}
+	return "?";
+}
+
+static void
+produce(handoff_producer *p, pending_write *w)
+{
+	rd_kafka_resp_err_t err = rd_kafka_producev(
+		p->rk, RD_KAFKA_V_TOPIC(w->topic), RD_KAFKA_V_PARTITION(w->partition),
+		RD_KAFKA_V_KEY(w->key, strlen(w->key)), RD_KAFKA_V_VALUE(w->payload, w->payload_len),
+		RD_KAFKA_V_HEADERS(rd_kafka_headers_copy(w->headers)),
+		RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
+
+	w->resend_at_ms = 0;
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		log_warn("event=handoff_produce_failed topic=%s key=%s error=\"%s\" msg=\"trying again\"",
+				 w->topic, w->key, rd_kafka_err2str(err));
+		w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
+		w->next = p->to_resend;
+		p->to_resend = w;
+	}
+}
+
+static void
+free_write(pending_write *w)
+{
+	free(w->topic);
+	free(w->key);
+	free(w->payload);
+	rd_kafka_headers_destroy(w->headers);
+	free(w);
+}
+
+static void
+on_delivery(rd_kafka_t *rk __attribute__((unused)), const rd_kafka_message_t *rkm, void *opaque)
+{
+	handoff_producer *p = opaque;
+	pending_write *w = rkm->_private;
+
+	if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		rd_kafka_message_status(rkm) == RD_KAFKA_MSG_STATUS_PERSISTED)
+	{
+		p->pending--;
+		p->done(w->opaque, p->arg);
+		free_write(w);
+		return;
+	}
+	log_warn("event=handoff_not_acknowledged topic=%s key=%s error=\"%s\" msg=\"trying again\"",
+			 w->topic, w->key, rd_kafka_err2str(rkm->err));
+	w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
+	w->next = p->to_resend;
+	p->to_resend = w;
+}
+
+handoff_producer *
+handoff_producer_new(const worker_options *opts, const control_plane_config *config,
+					 handoff_done_fn done, void *arg, char *errbuf, size_t errbuf_size)
+{
+	kafka_default defaults[] = {
+		{"acks", "all"},
+		{"enable.idempotence", "true"},
+		{"client.id", "wal-worker-handoff"},
+		{"linger.ms", "5"},
+	};
+	rd_kafka_conf_t *conf = kafka_conf_build(defaults, 4, config->kafka_bootstrap_servers, opts,
+											 errbuf, errbuf_size);
+	handoff_producer *p;
+
+	if (conf == NULL)
+		return NULL;
+	p = calloc(1, sizeof(*p));
+	p->done = done;
+	p->arg = arg;
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_opaque(conf, p);
+	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+	if (p->rk == NULL)
+	{
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void
+add_header(rd_kafka_headers_t *h, const char *name, const char *value)
+{
+	if (value != NULL)
+		rd_kafka_header_add(h, name, -1, value, -1);
+}
+
+void
+handoff_send(handoff_producer *p, const control_plane_config *config,
+			 const destination_config *destination, const char *destination_name,
+			 const handoff_message *m, handoff_target target, int attempt, const char *error,
+			 long not_before_s, void *opaque)
+{
+	pending_write *w = calloc(1, sizeof(*w));
+	char number[64];
+	int64_t entered = wall_ms();
+
+	if (target == HANDOFF_DLQ)
+	{
+		w->topic = strdup(config->dlq_topic);
+		w->partition = RD_KAFKA_PARTITION_UA;
+	}
+	else
+	{
+		size_t len = strlen(config->retry_topic_prefix) + 4;
+
+		w->topic = malloc(len);
+		snprintf(w->topic, len, "%s%d", config->retry_topic_prefix, (int) target);
+		/* A destination deleted meanwhile has no partition: partition 0 keeps the copy. */
+		w->partition = destination ? destination->retry_partition : 0;
+	}
+	w->key = strdup(m->idempotency_key);
+	w->payload = malloc(m->payload_len + 1);
+	memcpy(w->payload, m->payload, m->payload_len + 1);
+	w->payload_len = m->payload_len;
+	w->opaque = opaque;
+	w->headers = rd_kafka_headers_new(16);
+	add_header(w->headers, "idempotency-key", m->idempotency_key);
+	add_header(w->headers, "content-type", m->content_type);
+	add_header(w->headers, "outbox-id", m->outbox_id);
+	add_header(w->headers, "created-at", m->created_at);
+	add_header(w->headers, "source-topic", m->source_topic);
+	snprintf(number, sizeof(number), "%d", m->source_partition);
+	add_header(w->headers, "source-partition", number);
+	snprintf(number, sizeof(number), "%" PRId64, m->source_offset);
+	add_header(w->headers, "source-offset", number);
+	add_header(w->headers, "destination", destination_name);
+	snprintf(number, sizeof(number), "%d", attempt);
+	add_header(w->headers, "attempt", number);
+	snprintf(number, sizeof(number), "%" PRId64, entered);
+	add_header(w->headers, "step-entered-at", number);
+	if (target != HANDOFF_DLQ && destination != NULL)
+	{
+		/* Drawn once, here: it travels with the message so a restart keeps its clock. */
+		long delay = destination->retry_delays_ms[target - 1];
+		long jitter = (long) (destination->retry_jitter * delay * ((double) rand() / RAND_MAX));
+
+		snprintf(number, sizeof(number), "%ld", jitter);
+		add_header(w->headers, "step-jitter-ms", number);
+	}
+	if (not_before_s >= 0)
+	{
+		snprintf(number, sizeof(number), "%" PRId64, entered + (int64_t) not_before_s * 1000);
+		add_header(w->headers, "not-before", number);
+	}
+	add_header(w->headers, "last-error", error);
+	p->pending++;
+	produce(p, w);
+}
+
+void
+handoff_poll(handoff_producer *p)
+{
+	pending_write **wp = &p->to_resend;
+	int64_t now = now_ms();
+
+	rd_kafka_poll(p->rk, 0);
+	while (*wp)
+	{
+		pending_write *w = *wp;
+
+		if (w->resend_at_ms > now)
+		{
+			wp = &w->next;
+			continue;
+		}
+		*wp = w->next;
+		w->next = NULL;
+		produce(p, w);
+	}
+}
+
+int
+handoff_pending(const handoff_producer *p)
+{
+	return p->pending;
+}
+
+void
+handoff_producer_free(handoff_producer *p)
+{
+	rd_kafka_flush(p->rk, 5000);
+	rd_kafka_destroy(p->rk);
+	while (p->to_resend)
+	{
+		pending_write *w = p->to_resend;
+
+		p->to_resend = w->next;
+		free_write(w);
+	}
+	free(p);
+}

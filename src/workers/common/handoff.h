@@ -1,0 +1,69 @@
+/*
+ * handoff.h: durably handing a copy of a record to a retry step or the DLQ.
+ *
+ * A hand-off is done only when Kafka acknowledged the write with acks=all (idempotent
+ * producer); a failed write is tried again, never dropped. The message keeps the payload
+ * unchanged and carries, as headers: the source topic, partition and offset, the
+ * idempotency key, the destination, the attempt, when it entered the step, the jitter
+ * drawn for that step, the earliest time to try again (from Retry-After), and the last
+ * error, next to the record's own headers (content type, outbox id, created-at).
+ * Retry steps are partitioned by destination: each destination owns its retry_partition.
+ */
+#ifndef WAL_HANDOFF_H
+#define WAL_HANDOFF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "control_plane.h"
+#include "options.h"
+
+typedef enum
+{
+	HANDOFF_RETRY_STEP_1 = 1,
+	HANDOFF_RETRY_STEP_2 = 2,
+	HANDOFF_RETRY_STEP_3 = 3,
+	HANDOFF_DLQ = 4
+} handoff_target;
+
+/* A record as consumed: what a delivery and a hand-off need of it. */
+typedef struct handoff_message
+{
+	char *source_topic;
+	int32_t source_partition;
+	int64_t source_offset;
+	char *idempotency_key;
+	char *content_type;
+	char *outbox_id;
+	char *created_at;
+	char *payload;
+	size_t payload_len;
+	void *owner; /* the caller's, untouched here */
+} handoff_message;
+
+void handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm);
+void handoff_message_copy(handoff_message *dst, const handoff_message *src);
+void handoff_message_clear(handoff_message *m);
+const char *handoff_target_name(handoff_target target);
+
+typedef struct handoff_producer handoff_producer;
+typedef void (*handoff_done_fn)(void *opaque, void *arg);
+
+handoff_producer *handoff_producer_new(const worker_options *opts,
+									   const control_plane_config *config, handoff_done_fn done,
+									   void *arg, char *errbuf, size_t errbuf_size);
+
+/* Queues the write; done(opaque, arg) runs from handoff_poll once it is acknowledged. */
+void handoff_send(handoff_producer *p, const control_plane_config *config,
+				  const destination_config *destination, const char *destination_name,
+				  const handoff_message *m, handoff_target target, int attempt, const char *error,
+				  long not_before_s, void *opaque);
+
+void handoff_poll(handoff_producer *p);
+int handoff_pending(const handoff_producer *p);
+void handoff_producer_free(handoff_producer *p);
+
+#endif

@@ -1,0 +1,652 @@
+/*
+ * http_delivery.c: the delivery engine on libcurl multi (see http_delivery.h).
+ *
+ * A request lives in one of two places: the FIFO queue of its destination (waiting) or
+ * the multi handle plus the engine's active list (in flight). Destinations with waiting
+ * requests and a free slot sit in a ready queue; slots of the engine's total are handed
+ * out round-robin over it, one request per turn, which is what keeps one destination's
+ * backlog from starving the others.
+ */
+#include "http_delivery.h"
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "log.h"
+
+#define DESTINATION_BUCKETS	 256
+#define RETRY_AFTER_MAX		 128
+#define RESPONSE_EXCERPT_MAX 256
+
+typedef struct delivery_request delivery_request;
+typedef struct destination_state destination_state;
+
+struct destination_state
+{
+	char *name;
+	int max_in_flight; /* <= 0: no limit */
+	int in_flight;
+	int waiting;
+	delivery_request *waiting_head;
+	delivery_request *waiting_tail;
+	destination_state *next_in_bucket;
+	destination_state *next_ready;
+	bool in_ready_queue;
+};
+
+struct delivery_request
+{
+	http_engine *engine;
+	destination_state *destination;
+	delivery_request *next_waiting;
+	delivery_request *prev_active;
+	delivery_request *next_active;
+	CURL *easy; /* set only while in flight */
+	char *method;
+	char *url;
+	struct curl_slist *headers;
+	char *body;
+	size_t body_len;
+	long timeout_ms;
+	bool verify_tls;
+	http_done_fn done;
+	void *opaque;
+	long long submitted_at_ms;
+	long long started_at_ms;
+	bool has_retry_after;
+	char retry_after[RETRY_AFTER_MAX];
+	char curl_error[CURL_ERROR_SIZE];
+	size_t excerpt_len;
+	char response_excerpt[RESPONSE_EXCERPT_MAX];
+};
+
+struct http_engine
+{
+	CURLM *multi;
+	int max_total_in_flight; /* <= 0: no cap */
+	int in_flight;
+	int waiting;
+	bool closing;
+	destination_state *buckets[DESTINATION_BUCKETS];
+	destination_state *ready_head;
+	destination_state *ready_tail;
+	delivery_request *active_head;
+};
+
+static long long
+monotonic_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long long) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* FNV-1a: destination names are short and few; any even spread will do. */
+static unsigned
+destination_bucket(const char *name)
+{
+	uint32_t hash = 2166136261u;
+
+	for (const unsigned char *p = (const unsigned char *) name; *p; p++)
+		hash = (hash ^ *p) * 16777619u;
+	return hash % DESTINATION_BUCKETS;
+}
+
+static destination_state *
+find_destination(http_engine *engine, const char *name)
+{
+	destination_state *d = engine->buckets[destination_bucket(name)];
+
+	while (d && strcmp(d->name, name) != 0)
+		d = d->next_in_bucket;
+	return d;
+}
+
+/* Destinations are kept for the engine's life: their number is bounded by the config. */
+static destination_state *
+find_or_add_destination(http_engine *engine, const char *name)
+{
+	destination_state *d = find_destination(engine, name);
+	unsigned bucket;
+
+	if (d)
+		return d;
+	d = calloc(1, sizeof(*d));
+	if (!d || !(d->name = strdup(name)))
+	{
+		free(d);
+		return NULL;
+	}
+	bucket = destination_bucket(name);
+	d->next_in_bucket = engine->buckets[bucket];
+	engine->buckets[bucket] = d;
+	return d;
+}
+
+static bool
+destination_has_room(const destination_state *d)
+{
+	return d->max_in_flight <= 0 || d->in_flight < d->max_in_flight;
+}
+
+static void
+mark_ready_if_runnable(http_engine *engine, destination_state *d)
+{
+	if (d->in_ready_queue || !d->waiting_head || !destination_has_room(d))
+		return;
+	d->in_ready_queue = true;
+	d->next_ready = NULL;
+	if (engine->ready_tail)
+		engine->ready_tail->next_ready = d;
+	else
+		engine->ready_head = d;
+	engine->ready_tail = d;
+}
+
+static destination_state *
+pop_ready_destination(http_engine *engine)
+{
+	destination_state *d = engine->ready_head;
+
+	engine->ready_head = d->next_ready;
+	if (!engine->ready_head)
+		engine->ready_tail = NULL;
+	d->in_ready_queue = false;
+	d->next_ready = NULL;
+	return d;
+}
+
+static void
+free_request(delivery_request *r)
+{
+	if (r->easy)
+		curl_easy_cleanup(r->easy);
+	curl_slist_free_all(r->headers);
+	free(r->method);
+	free(r->url);
+	free(r->body);
+	free(r);
+}
+
+/* Keeps the value of Retry-After from the final answer (a 1xx answer comes first). */
+static size_t
+capture_header(char *line, size_t size, size_t n_items, void *userdata)
+{
+	delivery_request *r = userdata;
+	size_t len = size * n_items;
+	static const char name[] = "retry-after:";
+	size_t name_len = sizeof(name) - 1;
+
+	if (len >= 5 && strncmp(line, "HTTP/", 5) == 0)
+	{
+		r->has_retry_after = false;
+		r->excerpt_len = 0;
+		r->response_excerpt[0] = '\0';
+	}
+	else if (len > name_len && strncasecmp(line, name, name_len) == 0)
+	{
+		const char *value = line + name_len;
+		size_t value_len = len - name_len;
+
+		while (value_len > 0 && isspace((unsigned char) *value))
+			value++, value_len--;
+		while (value_len > 0 && isspace((unsigned char) value[value_len - 1]))
+			value_len--;
+		if (value_len >= RETRY_AFTER_MAX)
+			value_len = RETRY_AFTER_MAX - 1;
+		memcpy(r->retry_after, value, value_len);
+		r->retry_after[value_len] = '\0';
+		r->has_retry_after = true;
+	}
+	return len;
+}
+
+/* Keeps the answer body's first bytes for logs and dead letters; the rest is dropped. */
+static size_t
+capture_body_excerpt(char *data, size_t size, size_t n_items, void *userdata)
+{
+	delivery_request *r = userdata;
+	size_t len = size * n_items;
+	size_t room = RESPONSE_EXCERPT_MAX - 1 - r->excerpt_len;
+	size_t take = len < room ? len : room;
+
+	memcpy(r->response_excerpt + r->excerpt_len, data, take);
+	r->excerpt_len += take;
+	r->response_excerpt[r->excerpt_len] = '\0';
+	return len;
+}
+
+/* Builds the easy handle only when the request starts, so waiting requests stay small. */
+static CURLcode
+configure_transfer(delivery_request *r)
+{
+	CURLcode rc = CURLE_OK;
+	CURL *easy = r->easy;
+
+#define SET(option, value)                                                                     \
+	do                                                                                         \
+	{                                                                                          \
+		if (rc == CURLE_OK)                                                                    \
+			rc = curl_easy_setopt(easy, option, value);                                        \
+	} while (0)
+
+	SET(CURLOPT_PRIVATE, r);
+	SET(CURLOPT_ERRORBUFFER, r->curl_error);
+	SET(CURLOPT_URL, r->url);
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_TCP_KEEPALIVE, 1L);
+	SET(CURLOPT_USERAGENT, "wal_delivery");
+	SET(CURLOPT_HTTPHEADER, r->headers);
+	SET(CURLOPT_HEADERFUNCTION, capture_header);
+	SET(CURLOPT_HEADERDATA, r);
+	SET(CURLOPT_WRITEFUNCTION, capture_body_excerpt);
+	SET(CURLOPT_WRITEDATA, r);
+	SET(CURLOPT_SSL_VERIFYPEER, r->verify_tls ? 1L : 0L);
+	SET(CURLOPT_SSL_VERIFYHOST, r->verify_tls ? 2L : 0L);
+	if (r->timeout_ms > 0)
+		SET(CURLOPT_TIMEOUT_MS, r->timeout_ms);
+
+	if (strcmp(r->method, "GET") == 0 && r->body_len == 0)
+		SET(CURLOPT_HTTPGET, 1L);
+	else if (strcmp(r->method, "HEAD") == 0)
+		SET(CURLOPT_NOBODY, 1L);
+	else
+	{
+		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) r->body_len);
+		SET(CURLOPT_POSTFIELDS, r->body);
+		if (strcmp(r->method, "POST") != 0)
+			SET(CURLOPT_CUSTOMREQUEST, r->method);
+	}
+#undef SET
+	return rc;
+}
+
+/* Moves a waiting request into flight; on failure it stays the caller's to complete. */
+static CURLcode
+start_transfer(http_engine *engine, delivery_request *r)
+{
+	CURLcode rc;
+	CURLMcode mrc;
+
+	r->easy = curl_easy_init();
+	if (!r->easy)
+		return CURLE_OUT_OF_MEMORY;
+	rc = configure_transfer(r);
+	if (rc == CURLE_OK && (mrc = curl_multi_add_handle(engine->multi, r->easy)) != CURLM_OK)
+	{
+		snprintf(r->curl_error, sizeof(r->curl_error), "curl_multi_add_handle: %s",
+				 curl_multi_strerror(mrc));
+		rc = CURLE_FAILED_INIT;
+	}
+	if (rc != CURLE_OK)
+	{
+		curl_easy_cleanup(r->easy);
+		r->easy = NULL;
+		return rc;
+	}
+
+	r->started_at_ms = monotonic_ms();
+	r->prev_active = NULL;
+	r->next_active = engine->active_head;
+	if (engine->active_head)
+		engine->active_head->prev_active = r;
+	engine->active_head = r;
+	r->destination->in_flight++;
+	engine->in_flight++;
+	return CURLE_OK;
+}
+
+/*
+ * Takes r out of the engine, tells its owner and frees it. The counters are settled
+ * before done runs, so done sees the engine as it is now and may submit more.
+ */
+static void
+complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result, bool aborted)
+{
+	destination_state *d = r->destination;
+	long long now = monotonic_ms();
+	bool was_in_flight = r->easy != NULL;
+	http_result result = {0};
+	char status_error[32];
+
+	result.curl_code = curl_result;
+	result.aborted = aborted;
+	result.queued_ms = (long) ((was_in_flight ? r->started_at_ms : now) - r->submitted_at_ms);
+	result.elapsed_ms = was_in_flight ? (long) (now - r->started_at_ms) : 0;
+	result.response_excerpt = r->response_excerpt;
+	if (was_in_flight)
+	{
+		curl_easy_getinfo(r->easy, CURLINFO_NUM_CONNECTS, &result.new_connections);
+		if (!aborted)
+			curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &result.http_status);
+		curl_multi_remove_handle(engine->multi, r->easy);
+
+		if (r->prev_active)
+			r->prev_active->next_active = r->next_active;
+		else
+			engine->active_head = r->next_active;
+		if (r->next_active)
+			r->next_active->prev_active = r->prev_active;
+		d->in_flight--;
+		engine->in_flight--;
+	}
+	result.retry_after = r->has_retry_after && !aborted ? r->retry_after : NULL;
+
+	if (aborted)
+		result.error = "aborted: the delivery engine was freed before an answer";
+	else if (curl_result != CURLE_OK)
+		result.error = r->curl_error[0] ? r->curl_error : curl_easy_strerror(curl_result);
+	else if (result.http_status >= 200 && result.http_status <= 299)
+		result.error = "";
+	else
+	{
+		snprintf(status_error, sizeof(status_error), "HTTP %ld", result.http_status);
+		result.error = status_error;
+	}
+
+	mark_ready_if_runnable(engine, d);
+	r->done(r->opaque, &result);
+	free_request(r);
+}
+
+/* Hands out free slots round-robin over ready destinations; returns how many completed. */
+static int
+start_waiting_requests(http_engine *engine)
+{
+	int completed = 0;
+
+	while (engine->ready_head &&
+		   (engine->max_total_in_flight <= 0 || engine->in_flight < engine->max_total_in_flight))
+	{
+		destination_state *d = pop_ready_destination(engine);
+		delivery_request *r = d->waiting_head;
+		CURLcode rc;
+
+		if (!r || !destination_has_room(d))
+			continue;
+		d->waiting_head = r->next_waiting;
+		if (!d->waiting_head)
+			d->waiting_tail = NULL;
+		d->waiting--;
+		engine->waiting--;
+
+		rc = start_transfer(engine, r);
+		if (rc != CURLE_OK)
+		{
+			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
+					 "error=\"%s\" msg=\"reported to the caller as a failed attempt\"",
+					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
+			complete_request(engine, r, rc, false);
+			completed++;
+		}
+		mark_ready_if_runnable(engine, d);
+	}
+	return completed;
+}
+
+static int
+read_completions(http_engine *engine)
+{
+	CURLMsg *msg;
+	int msgs_left;
+	int completed = 0;
+
+	while ((msg = curl_multi_info_read(engine->multi, &msgs_left)))
+	{
+		char *private_pointer = NULL;
+		CURLcode result;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		/* msg is only valid until its handle leaves the multi handle: copy first. */
+		result = msg->data.result;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &private_pointer);
+		complete_request(engine, (delivery_request *) private_pointer, result, false);
+		completed++;
+	}
+	return completed;
+}
+
+static bool
+perform_transfers(http_engine *engine)
+{
+	int running;
+	CURLMcode mrc = curl_multi_perform(engine->multi, &running);
+
+	if (mrc != CURLM_OK)
+	{
+		log_error("event=http_multi_failed call=curl_multi_perform error=\"%s\" "
+				  "msg=\"transfers stall until the next poll\"",
+				  curl_multi_strerror(mrc));
+		return false;
+	}
+	return true;
+}
+
+http_engine *
+http_engine_new(int max_total_in_flight)
+{
+	http_engine *engine;
+
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return NULL;
+	engine = calloc(1, sizeof(*engine));
+	if (!engine || !(engine->multi = curl_multi_init()))
+	{
+		free(engine);
+		curl_global_cleanup();
+		return NULL;
+	}
+	engine->max_total_in_flight = max_total_in_flight;
+	/* Keep an idle connection for every slot, so keep-alive survives between batches. */
+	if (max_total_in_flight > 0)
+		curl_multi_setopt(engine->multi, CURLMOPT_MAXCONNECTS, (long) max_total_in_flight);
+	return engine;
+}
+
+static bool
+has_header(const struct curl_slist *headers, const char *name)
+{
+	size_t name_len = strlen(name);
+
+	for (; headers; headers = headers->next)
+		if (strncasecmp(headers->data, name, name_len) == 0 &&
+			(headers->data[name_len] == ':' || headers->data[name_len] == ';'))
+			return true;
+	return false;
+}
+
+bool
+http_engine_submit(http_engine *engine, const http_request *request, http_done_fn done,
+				   void *opaque)
+{
+	struct curl_slist *headers = request->headers;
+	const char *method = request->method ? request->method : "POST";
+	destination_state *d;
+	delivery_request *r;
+	bool sends_body;
+
+	if (engine->closing || !request->url || !request->url[0] || !method[0] || !done ||
+		(!request->body && request->body_len > 0))
+	{
+		curl_slist_free_all(headers);
+		return false;
+	}
+	d = find_or_add_destination(engine, request->destination ? request->destination : "");
+	r = calloc(1, sizeof(*r));
+	if (!d || !r)
+		goto out_of_memory;
+	r->headers = headers;
+	headers = NULL;
+	r->engine = engine;
+	r->destination = d;
+	r->method = strdup(method);
+	r->url = strdup(request->url);
+	r->body = malloc(request->body_len + 1);
+	if (!r->method || !r->url || !r->body)
+		goto out_of_memory;
+	for (char *p = r->method; *p; p++)
+		*p = (char) toupper((unsigned char) *p);
+	if (request->body_len > 0)
+		memcpy(r->body, request->body, request->body_len);
+	r->body[request->body_len] = '\0';
+	r->body_len = request->body_len;
+	r->timeout_ms = request->timeout_ms;
+	r->verify_tls = request->verify_tls;
+	r->done = done;
+	r->opaque = opaque;
+	r->submitted_at_ms = monotonic_ms();
+
+	/*
+	 * Many webhook receivers mishandle "Expect: 100-continue", and a body without a
+	 * Content-Type must not be labelled form-encoded, which curl does by default.
+	 */
+	sends_body = !(strcmp(r->method, "GET") == 0 && r->body_len == 0) &&
+				 strcmp(r->method, "HEAD") != 0;
+	if (sends_body)
+	{
+		struct curl_slist *more = curl_slist_append(r->headers, "Expect:");
+
+		if (!more)
+			goto out_of_memory;
+		r->headers = more;
+		if (!has_header(r->headers, "Content-Type") &&
+			!curl_slist_append(r->headers, "Content-Type:"))
+			goto out_of_memory;
+	}
+
+	d->max_in_flight = request->max_in_flight;
+	/*
+	 * With a free slot and nobody of this destination ahead, start at once: a caller that
+	 * counts in-flight requests to decide how long to block then sees this one.
+	 */
+	if (!d->waiting_head && destination_has_room(d) &&
+		(engine->max_total_in_flight <= 0 || engine->in_flight < engine->max_total_in_flight))
+	{
+		CURLcode rc = start_transfer(engine, r);
+
+		if (rc != CURLE_OK)
+		{
+			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
+					 "error=\"%s\" msg=\"submit refused\"",
+					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
+			free_request(r);
+			return false;
+		}
+		return true;
+	}
+	if (d->waiting_tail)
+		d->waiting_tail->next_waiting = r;
+	else
+		d->waiting_head = r;
+	d->waiting_tail = r;
+	d->waiting++;
+	engine->waiting++;
+	mark_ready_if_runnable(engine, d);
+	return true;
+
+out_of_memory:
+	curl_slist_free_all(headers);
+	if (r)
+		free_request(r);
+	return false;
+}
+
+int
+http_engine_poll(http_engine *engine, int timeout_ms)
+{
+	int completed = start_waiting_requests(engine);
+
+	if (!perform_transfers(engine))
+		return -1;
+	completed += read_completions(engine);
+	if (completed == 0 && timeout_ms > 0)
+	{
+		CURLMcode mrc = curl_multi_poll(engine->multi, NULL, 0, timeout_ms, NULL);
+
+		if (mrc != CURLM_OK)
+		{
+			log_error("event=http_multi_failed call=curl_multi_poll error=\"%s\" "
+					  "msg=\"transfers stall until the next poll\"",
+					  curl_multi_strerror(mrc));
+			return -1;
+		}
+		if (!perform_transfers(engine))
+			return -1;
+		completed += read_completions(engine);
+	}
+	/* Slots freed above go to waiting requests now, not one poll later. */
+	completed += start_waiting_requests(engine);
+	return completed;
+}
+
+void
+http_engine_wakeup(http_engine *engine)
+{
+	curl_multi_wakeup(engine->multi);
+}
+
+int
+http_engine_in_flight(http_engine *engine, const char *destination)
+{
+	destination_state *d;
+
+	if (!destination)
+		return engine->in_flight;
+	d = find_destination(engine, destination);
+	return d ? d->in_flight : 0;
+}
+
+int
+http_engine_pending(http_engine *engine, const char *destination)
+{
+	destination_state *d;
+
+	if (!destination)
+		return engine->in_flight + engine->waiting;
+	d = find_destination(engine, destination);
+	return d ? d->in_flight + d->waiting : 0;
+}
+
+void
+http_engine_free(http_engine *engine)
+{
+	if (!engine)
+		return;
+	engine->closing = true;
+	while (engine->active_head)
+		complete_request(engine, engine->active_head, CURLE_ABORTED_BY_CALLBACK, true);
+	for (int b = 0; b < DESTINATION_BUCKETS; b++)
+	{
+		destination_state *d = engine->buckets[b];
+
+		while (d)
+		{
+			destination_state *next = d->next_in_bucket;
+
+			while (d->waiting_head)
+			{
+				delivery_request *r = d->waiting_head;
+
+				d->waiting_head = r->next_waiting;
+				d->waiting--;
+				engine->waiting--;
+				complete_request(engine, r, CURLE_ABORTED_BY_CALLBACK, true);
+			}
+			free(d->name);
+			free(d);
+			d = next;
+		}
+	}
+	curl_multi_cleanup(engine->multi);
+	curl_global_cleanup();
+	free(engine);
+}

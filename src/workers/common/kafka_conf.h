@@ -1,0 +1,26 @@
+/*
+ * kafka_conf.h: librdkafka configuration for the workers: the worker's own defaults,
+ * then bootstrap.servers from the control plane, then every -X property unchanged, so
+ * an operator's -X always wins.
+ */
+#ifndef WAL_KAFKA_CONF_H
+#define WAL_KAFKA_CONF_H
+
+#include <stddef.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "options.h"
+
+typedef struct
+{
+	const char *name;
+	const char *value;
+} kafka_default;
+
+/* NULL with errbuf filled when a property is refused or no bootstrap server is known. */
+rd_kafka_conf_t *kafka_conf_build(const kafka_default *defaults, int n_defaults,
+								  const char *bootstrap_from_config, const worker_options *opts,
+								  char *errbuf, size_t errbuf_size);
+
+#endif

@@ -1,0 +1,329 @@
+/*
+ * metrics.c: the process-wide registry of Prometheus counters and gauges and its text
+ * rendering (see metrics.h).
+ *
+ * Linear lists under one mutex: a worker has tens of series and is scraped every few
+ * seconds, so lookups by strcmp cost less than any index would save.
+ */
+#include "metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+typedef enum
+{
+	METRIC_COUNTER,
+	METRIC_GAUGE
+} metric_kind;
+
+static const char *const kind_names[] = {"counter", "gauge"};
+
+typedef struct metric_series
+{
+	struct metric_series *next;
+	char **label_values; /* n_labels strings */
+	double value;
+} metric_series;
+
+struct metric
+{
+	struct metric *next;
+	metric_kind kind;
+	char *name;
+	char *help;
+	int n_labels;
+	char **label_names;
+	metric_series *series_head;
+	metric_series *series_tail;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static metric *registry_head;
+static metric *registry_tail;
+
+static void *
+checked_malloc(size_t size)
+{
+	void *p = malloc(size);
+
+	if (p == NULL)
+		fatal("event=out_of_memory what=metrics bytes=%zu", size);
+	return p;
+}
+
+static char *
+checked_strdup(const char *s)
+{
+	size_t len = strlen(s) + 1;
+
+	return memcpy(checked_malloc(len), s, len);
+}
+
+static bool
+is_valid_name(const char *name, bool colon_allowed)
+{
+	if (name == NULL || name[0] == '\0' || (name[0] >= '0' && name[0] <= '9'))
+		return false;
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+			  *c == '_' || (colon_allowed && *c == ':')))
+			return false;
+	return true;
+}
+
+static bool
+same_label_names(const metric *m, int n_labels, const char *const *label_names)
+{
+	if (m->n_labels != n_labels)
+		return false;
+	for (int i = 0; i < n_labels; i++)
+		if (strcmp(m->label_names[i], label_names[i]) != 0)
+			return false;
+	return true;
+}
+
+/* Called with registry_lock held. */
+static metric_series *
+find_or_add_series(metric *m, const char *const *label_values)
+{
+	metric_series *s;
+
+	for (s = m->series_head; s != NULL; s = s->next)
+	{
+		int i;
+
+		for (i = 0; i < m->n_labels; i++)
+			if (strcmp(s->label_values[i], label_values[i] ? label_values[i] : "") != 0)
+				break;
+		if (i == m->n_labels)
+			return s;
+	}
+
+	s = checked_malloc(sizeof(*s));
+	s->next = NULL;
+	s->value = 0;
+	s->label_values = checked_malloc(sizeof(char *) * (m->n_labels > 0 ? m->n_labels : 1));
+	for (int i = 0; i < m->n_labels; i++)
+		s->label_values[i] = checked_strdup(label_values[i] ? label_values[i] : "");
+	if (m->series_tail)
+		m->series_tail->next = s;
+	else
+		m->series_head = s;
+	m->series_tail = s;
+	return s;
+}
+
+static metric *
+metric_register(metric_kind kind, const char *name, const char *help, int n_labels,
+				const char *const *label_names)
+{
+	metric *m;
+
+	/* Bad names are programming errors: fail at start-up, not at the first scrape. */
+	if (!is_valid_name(name, true))
+		fatal("event=bad_metric_name metric=\"%s\"", name ? name : "(null)");
+	if (n_labels < 0 || n_labels > METRIC_MAX_LABELS || (n_labels > 0 && label_names == NULL))
+		fatal("event=bad_metric_labels metric=%s n_labels=%d", name, n_labels);
+	for (int i = 0; i < n_labels; i++)
+		if (!is_valid_name(label_names[i], false) || strncmp(label_names[i], "__", 2) == 0)
+			fatal("event=bad_metric_label_name metric=%s label=\"%s\"", name,
+				  label_names[i] ? label_names[i] : "(null)");
+
+	pthread_mutex_lock(&registry_lock);
+	for (m = registry_head; m != NULL; m = m->next)
+		if (strcmp(m->name, name) == 0)
+			break;
+	if (m != NULL)
+	{
+		bool same = m->kind == kind && same_label_names(m, n_labels, label_names);
+
+		pthread_mutex_unlock(&registry_lock);
+		if (!same)
+			fatal("event=metric_redefined metric=%s msg=\"registered again with another kind or "
+				  "other labels\"",
+				  name);
+		return m;
+	}
+
+	m = checked_malloc(sizeof(*m));
+	m->next = NULL;
+	m->kind = kind;
+	m->name = checked_strdup(name);
+	m->help = checked_strdup(help ? help : "");
+	m->n_labels = n_labels;
+	m->label_names = checked_malloc(sizeof(char *) * (n_labels > 0 ? n_labels : 1));
+	for (int i = 0; i < n_labels; i++)
+		m->label_names[i] = checked_strdup(label_names[i]);
+	m->series_head = m->series_tail = NULL;
+	if (n_labels == 0)
+		find_or_add_series(m, NULL);
+
+	if (registry_tail)
+		registry_tail->next = m;
+	else
+		registry_head = m;
+	registry_tail = m;
+	pthread_mutex_unlock(&registry_lock);
+	return m;
+}
+
+metric *
+metric_counter(const char *name, const char *help, int n_labels, const char *const *label_names)
+{
+	return metric_register(METRIC_COUNTER, name, help, n_labels, label_names);
+}
+
+metric *
+metric_gauge(const char *name, const char *help, int n_labels, const char *const *label_names)
+{
+	return metric_register(METRIC_GAUGE, name, help, n_labels, label_names);
+}
+
+void
+metric_add(metric *m, double delta, const char *const *label_values)
+{
+	/* A counter that went down would read as a process restart to rate(). */
+	if (m->kind == METRIC_COUNTER && !(delta >= 0))
+		return;
+
+	pthread_mutex_lock(&registry_lock);
+	find_or_add_series(m, label_values)->value += delta;
+	pthread_mutex_unlock(&registry_lock);
+}
+
+void
+metric_set(metric *m, double value, const char *const *label_values)
+{
+	if (m->kind != METRIC_GAUGE)
+		fatal("event=metric_set_on_counter metric=%s", m->name);
+
+	pthread_mutex_lock(&registry_lock);
+	find_or_add_series(m, label_values)->value = value;
+	pthread_mutex_unlock(&registry_lock);
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+typedef struct
+{
+	char *data;
+	size_t len;
+	size_t cap;
+} text_buffer;
+
+static void
+buffer_reserve(text_buffer *buf, size_t extra)
+{
+	if (buf->len + extra + 1 <= buf->cap)
+		return;
+	while (buf->len + extra + 1 > buf->cap)
+		buf->cap = buf->cap ? buf->cap * 2 : 4096;
+	buf->data = realloc(buf->data, buf->cap);
+	if (buf->data == NULL)
+		fatal("event=out_of_memory what=metrics_render bytes=%zu", buf->cap);
+}
+
+static void
+buffer_append(text_buffer *buf, const char *s, size_t len)
+{
+	buffer_reserve(buf, len);
+	memcpy(buf->data + buf->len, s, len);
+	buf->len += len;
+	buf->data[buf->len] = '\0';
+}
+
+static void
+buffer_puts(text_buffer *buf, const char *s)
+{
+	buffer_append(buf, s, strlen(s));
+}
+
+/*
+ * The exposition format escapes backslash and newline in HELP text, and also the double
+ * quote in label values; everything else, UTF-8 included, goes through as is.
+ */
+static void
+buffer_put_escaped(text_buffer *buf, const char *s, bool escape_quote)
+{
+	for (; *s; s++)
+	{
+		if (*s == '\\')
+			buffer_append(buf, "\\\\", 2);
+		else if (*s == '\n')
+			buffer_append(buf, "\\n", 2);
+		else if (*s == '"' && escape_quote)
+			buffer_append(buf, "\\\"", 2);
+		else
+			buffer_append(buf, s, 1);
+	}
+}
+
+static void
+buffer_put_value(text_buffer *buf, double value)
+{
+	char number[32];
+
+	if (isnan(value))
+		buffer_puts(buf, "NaN");
+	else if (isinf(value))
+		buffer_puts(buf, value > 0 ? "+Inf" : "-Inf");
+	else
+	{
+		/* %.17g round-trips every double and prints whole counts without a fraction. */
+		snprintf(number, sizeof(number), "%.17g", value);
+		buffer_puts(buf, number);
+	}
+}
+
+char *
+metrics_render(void)
+{
+	text_buffer buf = {NULL, 0, 0};
+
+	buffer_reserve(&buf, 0);
+	buf.data[0] = '\0';
+
+	pthread_mutex_lock(&registry_lock);
+	for (const metric *m = registry_head; m != NULL; m = m->next)
+	{
+		buffer_puts(&buf, "# HELP ");
+		buffer_puts(&buf, m->name);
+		buffer_puts(&buf, " ");
+		buffer_put_escaped(&buf, m->help, false);
+		buffer_puts(&buf, "\n# TYPE ");
+		buffer_puts(&buf, m->name);
+		buffer_puts(&buf, " ");
+		buffer_puts(&buf, kind_names[m->kind]);
+		buffer_puts(&buf, "\n");
+
+		for (const metric_series *s = m->series_head; s != NULL; s = s->next)
+		{
+			buffer_puts(&buf, m->name);
+			if (m->n_labels > 0)
+			{
+				buffer_puts(&buf, "{");
+				for (int i = 0; i < m->n_labels; i++)
+				{
+					if (i > 0)
+						buffer_puts(&buf, ",");
+					buffer_puts(&buf, m->label_names[i]);
+					buffer_puts(&buf, "=\"");
+					buffer_put_escaped(&buf, s->label_values[i], true);
+					buffer_puts(&buf, "\"");
+				}
+				buffer_puts(&buf, "}");
+			}
+			buffer_puts(&buf, " ");
+			buffer_put_value(&buf, s->value);
+			buffer_puts(&buf, "\n");
+		}
+	}
+	pthread_mutex_unlock(&registry_lock);
+	return buf.data;
+}

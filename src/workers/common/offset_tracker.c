@@ -1,0 +1,230 @@
+/*
+ * offset_tracker.c: per-partition queues of open records (see offset_tracker.h).
+ * Records arrive in offset order within a partition, so each partition is a FIFO and
+ * the low watermark is its head.
+ */
+#include "offset_tracker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct partition_state partition_state;
+
+struct tracked_record
+{
+	partition_state *partition;
+	int64_t offset;
+	int copies_left;
+	tracked_record *next;
+};
+
+struct partition_state
+{
+	char *topic;
+	int32_t partition;
+	bool forgotten;		 /* revoked: its records no longer count */
+	int records;		 /* tracked_record structs still allocated */
+	tracked_record *head; /* oldest still queued */
+	tracked_record *tail;
+	int64_t committable; /* next offset to consume; -1 until known */
+	int64_t committed;	 /* last value handed out */
+	partition_state *next;
+};
+
+struct offset_tracker
+{
+	partition_state *partitions;
+	int open_records;
+};
+
+offset_tracker *
+tracker_new(void)
+{
+	return calloc(1, sizeof(offset_tracker));
+}
+
+static partition_state *
+find_partition(offset_tracker *t, const char *topic, int32_t partition, bool create)
+{
+	partition_state *p;
+
+	for (p = t->partitions; p; p = p->next)
+		if (!p->forgotten && p->partition == partition && strcmp(p->topic, topic) == 0)
+			return p;
+	if (!create)
+		return NULL;
+	p = calloc(1, sizeof(*p));
+	p->topic = strdup(topic);
+	p->partition = partition;
+	p->committable = -1;
+	p->committed = -1;
+	p->next = t->partitions;
+	t->partitions = p;
+	return p;
+}
+
+static void
+free_partition_if_unused(offset_tracker *t, partition_state *p)
+{
+	partition_state **pp;
+
+	if (!p->forgotten || p->records > 0)
+		return;
+	for (pp = &t->partitions; *pp != p; pp = &(*pp)->next)
+		;
+	*pp = p->next;
+	free(p->topic);
+	free(p);
+}
+
+/* Pops done records off the head; the watermark follows the head. */
+static void
+advance(partition_state *p)
+{
+	while (p->head && p->head->copies_left == 0)
+	{
+		tracked_record *done = p->head;
+
+		p->committable = done->offset + 1;
+		p->head = done->next;
+		if (p->head == NULL)
+			p->tail = NULL;
+		p->records--;
+		free(done);
+	}
+}
+
+tracked_record *
+tracker_open(offset_tracker *t, const char *topic, int32_t partition, int64_t offset, int copies)
+{
+	partition_state *p = find_partition(t, topic, partition, true);
+	tracked_record *r = calloc(1, sizeof(*r));
+
+	r->partition = p;
+	r->offset = offset;
+	r->copies_left = copies;
+	if (p->tail)
+		p->tail->next = r;
+	else
+		p->head = r;
+	p->tail = r;
+	p->records++;
+	if (copies > 0)
+		t->open_records++;
+	advance(p);
+	return copies > 0 ? r : NULL;
+}
+
+void
+tracker_copy_done(offset_tracker *t, tracked_record *r)
+{
+	partition_state *p;
+
+	if (r == NULL || r->copies_left <= 0)
+		return;
+	p = r->partition;
+	if (--r->copies_left > 0)
+		return;
+	if (p->forgotten)
+	{
+		/* Its queue was dropped at revoke; only this record still pointed at it. */
+		p->records--;
+		free(r);
+		free_partition_if_unused(t, p);
+		return;
+	}
+	t->open_records--;
+	advance(p);
+}
+
+static rd_kafka_topic_partition_list_t *
+collect(offset_tracker *t, bool only_moved)
+{
+	rd_kafka_topic_partition_list_t *list = NULL;
+
+	for (partition_state *p = t->partitions; p; p = p->next)
+	{
+		if (p->forgotten || p->committable < 0 || (only_moved && p->committable == p->committed))
+			continue;
+		if (list == NULL)
+			list = rd_kafka_topic_partition_list_new(8);
+		rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = p->committable;
+		p->committed = p->committable;
+	}
+	return list;
+}
+
+rd_kafka_topic_partition_list_t *
+tracker_take_committable(offset_tracker *t)
+{
+	return collect(t, true);
+}
+
+rd_kafka_topic_partition_list_t *
+tracker_all_committable(offset_tracker *t)
+{
+	return collect(t, false);
+}
+
+void
+tracker_forget(offset_tracker *t, const rd_kafka_topic_partition_list_t *partitions)
+{
+	for (int i = 0; i < partitions->cnt; i++)
+	{
+		partition_state *p = find_partition(t, partitions->elems[i].topic,
+											partitions->elems[i].partition, false);
+		tracked_record *r;
+		tracked_record *next;
+
+		if (p == NULL)
+			continue;
+		p->forgotten = true;
+		/* Done records go now; open ones stay until their copies finish. */
+		for (r = p->head; r; r = next)
+		{
+			next = r->next;
+			if (r->copies_left == 0)
+			{
+				p->records--;
+				free(r);
+			}
+			else
+			{
+				r->next = NULL;
+				t->open_records--;
+			}
+		}
+		p->head = p->tail = NULL;
+		free_partition_if_unused(t, p);
+	}
+}
+
+int
+tracker_open_records(const offset_tracker *t)
+{
+	return t->open_records;
+}
+
+void
+tracker_free(offset_tracker *t)
+{
+	partition_state *p = t->partitions;
+
+	while (p)
+	{
+		partition_state *next = p->next;
+		tracked_record *r = p->head;
+
+		while (r)
+		{
+			tracked_record *rn = r->next;
+
+			free(r);
+			r = rn;
+		}
+		free(p->topic);
+		free(p);
+		p = next;
+	}
+	free(t);
+}

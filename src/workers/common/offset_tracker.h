@@ -1,0 +1,46 @@
+/*
+ * offset_tracker.h: which consumed offsets may be committed.
+ *
+ * A record is "open" until every destination's copy of it is delivered or durably handed
+ * off to a retry step or the DLQ. Per partition, the committable offset is the low
+ * watermark: one past the highest offset below which nothing is open, so with many
+ * records in flight a slow copy holds back only its own partition's commit.
+ * A revoked partition is forgotten at once; copies still in flight for it finish
+ * without effect, and the new owner consumes from the last commit (at least once).
+ */
+#ifndef WAL_OFFSET_TRACKER_H
+#define WAL_OFFSET_TRACKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+typedef struct offset_tracker offset_tracker;
+typedef struct tracked_record tracked_record;
+
+offset_tracker *tracker_new(void);
+void tracker_free(offset_tracker *tracker);
+
+/* A consumed record with `copies` outstanding copies (0: done at once). */
+tracked_record *tracker_open(offset_tracker *tracker, const char *topic, int32_t partition,
+							 int64_t offset, int copies);
+
+/* One copy is delivered or durably handed off. */
+void tracker_copy_done(offset_tracker *tracker, tracked_record *record);
+
+/*
+ * Partitions whose low watermark moved since the last call, with the offset to commit
+ * (next to consume); NULL when none moved. The caller destroys the list.
+ */
+rd_kafka_topic_partition_list_t *tracker_take_committable(offset_tracker *tracker);
+
+/* Low watermarks of every tracked partition, moved or not (for a final commit). */
+rd_kafka_topic_partition_list_t *tracker_all_committable(offset_tracker *tracker);
+
+void tracker_forget(offset_tracker *tracker, const rd_kafka_topic_partition_list_t *partitions);
+
+/* Records consumed but not yet done, across all partitions. */
+int tracker_open_records(const offset_tracker *tracker);
+
+#endif

@@ -1,0 +1,636 @@
+/*
+ * consume.c: `wal-worker consume`, delivering every record of the main topics to every
+ * subscribed destination, at least once.
+ *
+ * A consumed record becomes one "copy" per destination it is for. A copy is done when
+ * the destination answered 2xx, or when it was durably handed off (acks=all) to retry
+ * step 1 (transient failure) or to the DLQ (permanent failure). Offsets are committed
+ * only up to the low watermark of done records (offset_tracker), never automatically.
+ *
+ * Shared mode serves every destination not marked dedicated, in consumer group
+ * "wal_delivery.shared"; `--destination NAME` serves one dedicated destination in group
+ * "wal_delivery.dedicated.NAME", so a busy destination cannot slow the others.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <librdkafka/rdkafka.h>
+
+#include "common/admin_server.h"
+#include "common/clock.h"
+#include "common/config_watch.h"
+#include "common/dedupe.h"
+#include "common/handoff.h"
+#include "common/http_delivery.h"
+#include "common/kafka_conf.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/offset_tracker.h"
+#include "common/webhook.h"
+#include "roles.h"
+
+#define MAX_OPEN_RECORDS 2000	 /* pause fetching above this many open records */
+#define COMMIT_INTERVAL_MS 1000
+#define SHUTDOWN_TIMEOUT_MS 15000
+#define DEDUPE_MAX_ENTRIES 200000
+
+typedef struct record_copy
+{
+	tracked_record *record;
+	char *destination;
+	handoff_message msg; /* the record itself, kept for a retry or DLQ hand-off */
+} record_copy;
+
+typedef struct consumer_state
+{
+	const worker_options *opts;
+	config_watch *watch;
+	rd_kafka_t *consumer;
+	http_engine *http;
+	handoff_producer *handoff;
+	dedupe_set *dedupe;
+	offset_tracker *tracker;
+	admin_server *admin;
+	char **subscribed; /* topics currently subscribed */
+	int n_subscribed;
+	bool paused;
+	bool assigned;
+	int64_t next_commit_ms;
+	metric *delivered;
+	metric *failures;
+	metric *in_flight;
+	metric *open_records;
+	metric *config_version;
+	metric *lag;
+} consumer_state;
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+on_stop_signal(int signo)
+{
+	(void) signo;
+	stop_requested = 1;
+}
+
+/* ---------------------------------------------------------------- which destinations */
+
+static bool
+serves(const consumer_state *st, const destination_config *d)
+{
+	if (st->opts->destination != NULL)
+		return strcmp(d->name, st->opts->destination) == 0;
+	return !d->dedicated;
+}
+
+/* The sorted set of topics the served destinations subscribe to. */
+static int
+compare_strings(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static char **
+wanted_topics(const consumer_state *st, const control_plane_config *config, int *n)
+{
+	int cap = 8;
+	char **topics = malloc(sizeof(char *) * cap);
+
+	*n = 0;
+	for (int i = 0; i < config->n_destinations; i++)
+	{
+		const destination_config *d = &config->destinations[i];
+
+		if (!serves(st, d))
+			continue;
+		for (int t = 0; t < d->n_topics; t++)
+		{
+			bool seen = false;
+
+			for (int k = 0; k < *n; k++)
+				seen = seen || strcmp(topics[k], d->topics[t]) == 0;
+			if (seen)
+				continue;
+			if (*n == cap)
+				topics = realloc(topics, sizeof(char *) * (cap *= 2));
+			topics[(*n)++] = strdup(d->topics[t]);
+		}
+	}
+	qsort(topics, *n, sizeof(char *), compare_strings);
+	return topics;
+}
+
+static void
+free_strings(char **strings, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(strings[i]);
+	free(strings);
+}
+
+/* Subscribes to the topics the current config asks for, when they changed. */
+static void
+follow_subscriptions(consumer_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	int n;
+	char **topics = wanted_topics(st, config, &n);
+	bool same = n == st->n_subscribed;
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_resp_err_t err;
+
+	for (int i = 0; same && i < n; i++)
+		same = strcmp(topics[i], st->subscribed[i]) == 0;
+	if (same)
+	{
+		free_strings(topics, n);
+		return;
+	}
+	if (n == 0)
+	{
+		rd_kafka_unsubscribe(st->consumer);
+		log_info("event=unsubscribed msg=\"no served destination subscribes to any topic; "
+				 "waiting for the config to change\"");
+	}
+	else
+	{
+		list = rd_kafka_topic_partition_list_new(n);
+		for (int i = 0; i < n; i++)
+			rd_kafka_topic_partition_list_add(list, topics[i], RD_KAFKA_PARTITION_UA);
+		err = rd_kafka_subscribe(st->consumer, list);
+		rd_kafka_topic_partition_list_destroy(list);
+		if (err)
+			log_error("event=subscribe_failed error=\"%s\"", rd_kafka_err2str(err));
+		else
+			log_info("event=subscribed topics=%d first=%s config_version=%" PRId64, n, topics[0],
+					 config->version);
+	}
+	free_strings(st->subscribed, st->n_subscribed);
+	st->subscribed = topics;
+	st->n_subscribed = n;
+}
+
+/* ---------------------------------------------------------------- one copy's life */
+
+static void
+copy_free(record_copy *copy)
+{
+	handoff_message_clear(&copy->msg);
+	free(copy->destination);
+	free(copy);
+}
+
+static void
+copy_done(consumer_state *st, record_copy *copy)
+{
+	tracker_copy_done(st->tracker, copy->record);
+	copy_free(copy);
+}
+
+/* handoff.c calls this once the retry or DLQ write is acknowledged (acks=all). */
+static void
+on_handed_off(void *opaque, void *arg)
+{
+	copy_done((consumer_state *) arg, (record_copy *) opaque);
+}
+
+static void
+hand_off(consumer_state *st, record_copy *copy, handoff_target target, const char *error,
+		 long not_before_s)
+{
+	const destination_config *d =
+		config_find_destination(config_watch_current(st->watch), copy->destination);
+	const char *labels[] = {copy->destination, handoff_target_name(target)};
+
+	metric_add(st->failures, 1, labels);
+	log_info("event=hand_off destination=%s topic=%s key=%s to=%s error=\"%s\"", copy->destination,
+			 copy->msg.source_topic, copy->msg.idempotency_key, handoff_target_name(target), error);
+	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination, &copy->msg,
+				 target, 1, error, not_before_s, copy);
+}
+
+static void
+on_http_done(void *opaque, const http_result *result)
+{
+	record_copy *copy = opaque;
+	consumer_state *st = copy->msg.owner;
+	const destination_config *d =
+		config_find_destination(config_watch_current(st->watch), copy->destination);
+	delivery_outcome outcome;
+	char error[256];
+
+	if (result->aborted)
+	{
+		/* Stopping: the copy stays open, so its offset is not committed. */
+		copy_free(copy);
+		return;
+	}
+	outcome = classify_http_result(result->curl_code, result->http_status,
+								   d ? (const char *const *) d->transient_statuses : NULL,
+								   d ? d->n_transient_statuses : 0);
+	if (outcome == DELIVERY_SUCCESS)
+	{
+		const char *labels[] = {copy->destination};
+
+		metric_add(st->delivered, 1, labels);
+		dedupe_remember(st->dedupe, copy->msg.idempotency_key, copy->destination, now_ms());
+		log_debug("event=delivered destination=%s topic=%s key=%s status=%ld ms=%ld",
+				  copy->destination, copy->msg.source_topic, copy->msg.idempotency_key,
+				  result->http_status, result->elapsed_ms);
+		copy_done(st, copy);
+		return;
+	}
+	snprintf(error, sizeof(error), "%s", result->error);
+	hand_off(st, copy,
+			 outcome == DELIVERY_TRANSIENT ? HANDOFF_RETRY_STEP_1 : HANDOFF_DLQ, error,
+			 outcome == DELIVERY_TRANSIENT
+				 ? parse_retry_after(result->retry_after, time(NULL))
+				 : -1);
+}
+
+static struct curl_slist *
+request_headers(const destination_config *d, const handoff_message *m)
+{
+	struct curl_slist *headers = NULL;
+	char line[1024];
+	const char *name;
+	json_t *value;
+
+	snprintf(line, sizeof(line), "Content-Type: %s",
+			 m->content_type ? m->content_type : "application/octet-stream");
+	headers = curl_slist_append(headers, line);
+	snprintf(line, sizeof(line), "Idempotency-Key: %s", m->idempotency_key);
+	headers = curl_slist_append(headers, line);
+	snprintf(line, sizeof(line), "X-Wal-Topic: %s", m->source_topic);
+	headers = curl_slist_append(headers, line);
+	if (m->outbox_id)
+	{
+		snprintf(line, sizeof(line), "X-Wal-Outbox-Id: %s", m->outbox_id);
+		headers = curl_slist_append(headers, line);
+	}
+	json_object_foreach(d->headers, name, value)
+	{
+		if (!json_is_string(value))
+			continue;
+		snprintf(line, sizeof(line), "%s: %s", name, json_string_value(value));
+		headers = curl_slist_append(headers, line);
+	}
+	headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+	if (d->signing_secret && !webhook_add_headers(&headers, d->signing_secret, m->idempotency_key,
+												  (long) time(NULL), m->payload, m->payload_len))
+		log_warn("event=signing_failed destination=%s key=%s msg=\"sending unsigned\"", d->name,
+				 m->idempotency_key);
+	return headers;
+}
+
+static void
+deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
+{
+	http_request req = {
+		.destination = d->name,
+		.max_in_flight = d->max_in_flight,
+		.method = d->method,
+		.url = d->endpoint,
+		.body = copy->msg.payload,
+		.body_len = copy->msg.payload_len,
+		.timeout_ms = d->timeout_ms,
+		.verify_tls = d->verify_tls,
+	};
+
+	if (d->secret_unavailable)
+	{
+		/* Config from a peer has no secrets: never send unsigned, keep the copy for later. */
+		hand_off(st, copy, HANDOFF_RETRY_STEP_1,
+				 "signing secret unavailable: config came from a peer", -1);
+		return;
+	}
+	req.headers = request_headers(d, &copy->msg);
+	if (!http_engine_submit(st->http, &req, on_http_done, copy))
+		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
+}
+
+static void
+handle_record(consumer_state *st, rd_kafka_message_t *rkm)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	const char *topic = rd_kafka_topic_name(rkm->rkt);
+	const destination_config *targets[256];
+	int n_targets = 0;
+	tracked_record *record;
+	handoff_message msg;
+
+	handoff_message_from_kafka(&msg, rkm);
+	for (int i = 0; i < config->n_destinations && n_targets < 256; i++)
+	{
+		const destination_config *d = &config->destinations[i];
+
+		if (serves(st, d) && destination_subscribes(d, topic) &&
+			!dedupe_seen(st->dedupe, msg.idempotency_key, d->name, now_ms()))
+			targets[n_targets++] = d;
+	}
+	record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, n_targets);
+	for (int i = 0; i < n_targets; i++)
+	{
+		record_copy *copy = calloc(1, sizeof(*copy));
+
+		copy->record = record;
+		copy->destination = strdup(targets[i]->name);
+		handoff_message_copy(&copy->msg, &msg);
+		copy->msg.owner = st;
+		deliver_copy(st, copy, targets[i]);
+	}
+	handoff_message_clear(&msg);
+}
+
+/* ---------------------------------------------------------------- Kafka plumbing */
+
+static void
+on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+			 void *opaque)
+{
+	consumer_state *st = opaque;
+
+	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+	{
+		log_info("event=assigned partitions=%d", parts->cnt);
+		rd_kafka_assign(rk, parts);
+		st->assigned = true;
+		st->paused = false;
+		return;
+	}
+	/* Revoked: commit what is done, then forget the rest (the new owner re-reads it). */
+	{
+		rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
+
+		if (done)
+		{
+			rd_kafka_commit(rk, done, 0);
+			rd_kafka_topic_partition_list_destroy(done);
+		}
+	}
+	tracker_forget(st->tracker, parts);
+	log_info("event=revoked partitions=%d", parts->cnt);
+	rd_kafka_assign(rk, NULL);
+	st->assigned = false;
+}
+
+static void
+commit_done_offsets(consumer_state *st, bool sync)
+{
+	rd_kafka_topic_partition_list_t *list =
+		sync ? tracker_all_committable(st->tracker) : tracker_take_committable(st->tracker);
+	rd_kafka_resp_err_t err;
+
+	if (list == NULL)
+		return;
+	err = rd_kafka_commit(st->consumer, list, sync ? 0 : 1);
+	if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		log_warn("event=commit_failed error=\"%s\" msg=\"will commit again later\"",
+				 rd_kafka_err2str(err));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Backpressure: stop fetching while too many records are open. */
+static void
+pause_or_resume(consumer_state *st, bool force_pause)
+{
+	int open = tracker_open_records(st->tracker);
+	rd_kafka_topic_partition_list_t *assignment = NULL;
+
+	if (!st->assigned)
+		return;
+	if (!st->paused && (force_pause || open >= MAX_OPEN_RECORDS))
+	{
+		if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			rd_kafka_pause_partitions(st->consumer, assignment);
+			rd_kafka_topic_partition_list_destroy(assignment);
+		}
+		st->paused = true;
+	}
+	else if (st->paused && !force_pause && open < MAX_OPEN_RECORDS / 2)
+	{
+		if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			rd_kafka_resume_partitions(st->consumer, assignment);
+			rd_kafka_topic_partition_list_destroy(assignment);
+		}
+		st->paused = false;
+	}
+}
+
+static void
+update_gauges(consumer_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+
+	metric_set(st->open_records, tracker_open_records(st->tracker), NULL);
+	metric_set(st->config_version, (double) config->published_version, NULL);
+	for (int i = 0; i < config->n_destinations; i++)
+	{
+		const char *labels[] = {config->destinations[i].name};
+
+		if (serves(st, &config->destinations[i]))
+			metric_set(st->in_flight, http_engine_in_flight(st->http, labels[0]), labels);
+	}
+}
+
+static bool
+consumer_ready(void *arg)
+{
+	consumer_state *st = arg;
+
+	return config_watch_current(st->watch) != NULL && st->assigned;
+}
+
+static char *
+consumer_config_json(void *arg)
+{
+	return config_watch_json_for_peers(((consumer_state *) arg)->watch);
+}
+
+static rd_kafka_t *
+create_consumer(consumer_state *st, char *errbuf, size_t errbuf_size)
+{
+	char group[300];
+	kafka_default defaults[] = {
+		{"group.id", group},
+		{"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"},
+		{"auto.offset.reset", "earliest"},
+		{"client.id", "wal-worker-consume"},
+	};
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+
+	if (st->opts->destination)
+		snprintf(group, sizeof(group), "wal_delivery.dedicated.%s", st->opts->destination);
+	else
+		snprintf(group, sizeof(group), "wal_delivery.shared");
+	conf = kafka_conf_build(defaults, 5, config_watch_current(st->watch)->kafka_bootstrap_servers,
+							st->opts, errbuf, errbuf_size);
+	if (conf == NULL)
+		return NULL;
+	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+	rd_kafka_conf_set_opaque(conf, st);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
+	if (rk != NULL)
+		rd_kafka_poll_set_consumer(rk);
+	return rk;
+}
+
+static void
+register_metrics(consumer_state *st)
+{
+	static const char *const dest[] = {"destination"};
+	static const char *const dest_class[] = {"destination", "to"};
+
+	st->delivered = metric_counter("wal_delivered_total",
+								   "Copies delivered with a 2xx answer.", 1, dest);
+	st->failures = metric_counter("wal_handed_off_total",
+								  "Copies handed to a retry step or the DLQ after a failed attempt.",
+								  2, dest_class);
+	st->in_flight = metric_gauge("wal_in_flight", "HTTP requests in flight.", 1, dest);
+	st->open_records = metric_gauge("wal_open_records",
+									"Consumed records not yet delivered or handed off.", 0, NULL);
+	st->config_version = metric_gauge("wal_config_version",
+									  "The published config version this worker follows.", 0, NULL);
+	st->lag = metric_gauge("wal_consumer_lag", "Records behind the partition's end.", 2,
+						   (const char *const[]){"topic", "partition"});
+}
+
+/* ---------------------------------------------------------------- the role */
+
+static bool
+check_dedicated_destination(const worker_options *opts, const control_plane_config *config)
+{
+	const destination_config *d;
+
+	if (opts->destination == NULL)
+		return true;
+	d = config_find_destination(config, opts->destination);
+	if (d == NULL)
+	{
+		log_error("event=bad_destination destination=%s msg=\"no such destination in "
+				  "wal_delivery.destinations\"",
+				  opts->destination);
+		return false;
+	}
+	if (!d->dedicated)
+	{
+		log_error("event=bad_destination destination=%s msg=\"not marked dedicated: shared "
+				  "consumers serve it too; UPDATE wal_delivery.destinations SET dedicated = true\"",
+				  opts->destination);
+		return false;
+	}
+	return true;
+}
+
+int
+run_consume(const worker_options *opts)
+{
+	consumer_state st = {.opts = opts};
+	char errbuf[512];
+	int64_t shutdown_deadline = 0;
+
+	signal(SIGTERM, on_stop_signal);
+	signal(SIGINT, on_stop_signal);
+	signal(SIGPIPE, SIG_IGN);
+	register_metrics(&st);
+
+	st.watch = config_watch_start(opts, &stop_requested);
+	if (st.watch == NULL)
+		return stop_requested ? 0 : 1;
+	if (!check_dedicated_destination(opts, config_watch_current(st.watch)))
+		return 2;
+
+	if (opts->admin_port > 0)
+	{
+		admin_handlers handlers = {consumer_ready, consumer_config_json, &st};
+
+		st.admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
+		if (st.admin == NULL)
+		{
+			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+			return 1;
+		}
+	}
+	st.consumer = create_consumer(&st, errbuf, sizeof(errbuf));
+	st.handoff = st.consumer ? handoff_producer_new(opts, config_watch_current(st.watch),
+												   on_handed_off, &st, errbuf, sizeof(errbuf))
+							 : NULL;
+	if (st.consumer == NULL || st.handoff == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return 1;
+	}
+	st.http = http_engine_new(256);
+	st.dedupe = dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
+	st.tracker = tracker_new();
+	follow_subscriptions(&st);
+	log_info("event=started mode=%s config_version=%" PRId64,
+			 opts->destination ? opts->destination : "shared",
+			 config_watch_current(st.watch)->version);
+
+	for (;;)
+	{
+		rd_kafka_message_t *rkm;
+		int busy = http_engine_in_flight(st.http, NULL) + http_engine_pending(st.http, NULL) +
+				   handoff_pending(st.handoff);
+
+		if (stop_requested && shutdown_deadline == 0)
+		{
+			/* Stop fetching; finish what is in flight within a bound. */
+			log_info("event=stopping open_records=%d", tracker_open_records(st.tracker));
+			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
+			pause_or_resume(&st, true);
+		}
+		if (shutdown_deadline && (tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
+			break;
+
+		rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);
+		if (rkm)
+		{
+			if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				handle_record(&st, rkm);
+			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+			rd_kafka_message_destroy(rkm);
+		}
+		http_engine_poll(st.http, busy && !rkm ? 20 : 0);
+		handoff_poll(st.handoff);
+
+		if (config_watch_poll(st.watch))
+		{
+			dedupe_set_ttl(st.dedupe, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
+			follow_subscriptions(&st);
+		}
+		if (now_ms() >= st.next_commit_ms)
+		{
+			commit_done_offsets(&st, false);
+			update_gauges(&st);
+			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
+		}
+		if (!shutdown_deadline)
+			pause_or_resume(&st, false);
+	}
+
+	/* Abandon what did not finish (not committed, so it is consumed again), then commit. */
+	http_engine_free(st.http);
+	commit_done_offsets(&st, true);
+	rd_kafka_consumer_close(st.consumer);
+	rd_kafka_destroy(st.consumer);
+	handoff_producer_free(st.handoff);
+	if (st.admin)
+		admin_server_stop(st.admin);
+	log_info("event=stopped open_records=%d", tracker_open_records(st.tracker));
+	tracker_free(st.tracker);
+	dedupe_free(st.dedupe);
+	config_watch_stop(st.watch);
+	return 0;
+}

@@ -1,0 +1,11 @@
+/*
+ * roles.h: the entry point of each wal-worker role.
+ */
+#ifndef WAL_ROLES_H
+#define WAL_ROLES_H
+
+#include "common/options.h"
+
+int run_consume(const worker_options *opts);
+
+#endif

@@ -1,0 +1,108 @@
+"""Running `wal-worker consume` against the test environment, and setting up destinations."""
+import base64
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from conftest import connect
+from relay_helpers import wait_until
+
+WORKER = str(Path(__file__).resolve().parents[2] / "bin" / "wal-worker")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Worker:
+    """A wal-worker process with an admin port; its log goes to a file under tmp_path."""
+
+    def __init__(self, tmp_path, role, *args, kafka_bootstrap=None, conninfo=None, env=None):
+        self.admin_port = free_port()
+        self.log_path = tmp_path / f"{role}-{self.admin_port}.log"
+        cmd = [WORKER, role, "--admin-port", str(self.admin_port), *args,
+               "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000"]
+        if kafka_bootstrap:
+            cmd += ["-X", f"bootstrap.servers={kafka_bootstrap}"]
+        if conninfo:
+            cmd += ["--db", conninfo]
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.url(path), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return None, ""
+
+    def wait_ready(self, timeout=60):
+        wait_until(lambda: self.get("/readyz")[0] == 200, timeout, what="the worker to be ready")
+
+    def metric(self, name, **labels):
+        status, text = self.get("/metrics")
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+        for line in text.splitlines():
+            if line.startswith(want + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def output(self):
+        return self.log_path.read_text()
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def reset_destinations():
+    """Each consumer test starts with no destinations, so no earlier test's are served."""
+    with connect() as conn:
+        conn.execute("SET wal_delivery.force_delete = on")
+        conn.execute("DELETE FROM wal_delivery.destinations")
+
+
+def add_destination(conn, name, url, topics, secret=None, **settings):
+    cols = {"name": name, "endpoint": url, **settings}
+    conn.execute(f"INSERT INTO wal_delivery.destinations ({', '.join(cols)})"
+                 f" VALUES ({', '.join(['%s'] * len(cols))})",
+                 [json.dumps(v) if isinstance(v, dict) else v for v in cols.values()])
+    if secret:
+        conn.execute("INSERT INTO wal_delivery.destination_secrets VALUES (%s, %s)", (name, secret))
+    for t in topics:
+        conn.execute("INSERT INTO wal_delivery.subscriptions (topic, destination) VALUES (%s, %s)",
+                     (t, name))
+
+
+def wait_published(conn, timeout=30):
+    wait_until(lambda: conn.execute("SELECT version = published_version FROM"
+                                    " wal_delivery.config_version").fetchone()[0],
+               timeout, what="the config version to be published")
+
+
+def standard_webhooks_signature(secret, msg_id, timestamp, body):
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()

@@ -1,0 +1,282 @@
+"""`wal-worker consume` against the real broker and real HTTP destinations: every
+committed record reaches every subscribed destination (signed, with its headers);
+transient failures go to retry step 1 and permanent ones to the DLQ, durably, before the
+offset is committed; kill -9 loses nothing; dedicated consumers serve only their
+destination; config changes arrive by NOTIFY; a worker started while the database is
+down takes its config from a peer."""
+import json
+import signal
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import Destination, connect
+from consumer_helpers import (Worker, add_destination, reset_destinations,
+                              standard_webhooks_signature, wait_published)
+from relay_helpers import (duplicates, ensure_extension, make_topic, report, wait_all_stored,
+                           wait_until)
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    ensure_extension()
+    reset_destinations()
+    yield
+    reset_destinations()
+
+
+@pytest.fixture
+def workers(tmp_path, kafka_bootstrap):
+    started = []
+
+    def start(*args, **kw):
+        kw.setdefault("kafka_bootstrap", kafka_bootstrap)
+        w = Worker(tmp_path, "consume", *args, **kw)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop(signal.SIGKILL if w.proc.poll() is None else signal.SIGTERM, timeout=5)
+
+
+def read_partition(bootstrap, topic, partition, count, timeout=30):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-" + uuid.uuid4().hex,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, partition, 0)])
+    got, deadline = [], time.time() + timeout
+    try:
+        while len(got) < count and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m)
+    finally:
+        c.close()
+    return got
+
+
+def test_every_record_reaches_every_subscribed_destination_signed(tmp_path, workers, unique):
+    topic = f"c.all.{unique}"
+    a, b = Destination(tmp_path), Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic, partitions=2)
+            add_destination(conn, f"a-{unique}", a.url + "/hook", [topic], secret=SECRET,
+                            headers={"X-Team": "billing"})
+            add_destination(conn, f"b-{unique}", b.url + "/other", [topic], method="PUT")
+            keys = [f"k{i}" for i in range(30)]
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::jsonb[], %s)",
+                         (topic, [json.dumps({"n": i}) for i in range(30)], keys))
+            wait_all_stored(conn, topic, 30)
+            wait_published(conn)
+        w = workers()
+        got_a, got_b = a.wait_for(30), b.wait_for(30)
+        assert {r["headers"]["idempotency-key"] for r in got_a} == set(keys)
+        assert {r["headers"]["idempotency-key"] for r in got_b} == set(keys)
+        for r in got_a:
+            h = r["headers"]
+            assert r["method"] == "POST" and r["path"] == "/hook"
+            assert h["content-type"] == "application/json"
+            assert h["x-wal-topic"] == topic and h["x-wal-outbox-id"].isdigit()
+            assert h["x-team"] == "billing"
+            assert h["webhook-id"] == h["idempotency-key"]
+            assert h["webhook-signature"] == standard_webhooks_signature(
+                SECRET, h["webhook-id"], h["webhook-timestamp"], r["body"].encode())
+            assert json.loads(r["body"]) == {"n": int(h["idempotency-key"][1:])}
+        assert all(r["method"] == "PUT" and "webhook-signature" not in r["headers"] for r in got_b)
+        wait_until(lambda: w.metric("wal_delivered_total", destination=f"a-{unique}") == 30, 10,
+                   what="the delivered metric")
+        status, cfg = w.get("/config")
+        assert status == 200 and SECRET not in cfg and "redacted" in cfg
+        assert w.stop() == 0
+        assert "event=stopped" in w.output()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_failures_are_handed_off_durably_then_the_offset_commits(tmp_path, workers, kafka_bootstrap, unique):
+    topic = f"c.fail.{unique}"
+    ok, flaky, strict = Destination(tmp_path), Destination(tmp_path), Destination(tmp_path)
+    flaky.behave(status=503)
+    strict.behave(status=400)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"ok-{unique}", ok.url, [topic])
+            add_destination(conn, f"flaky-{unique}", flaky.url, [topic])
+            add_destination(conn, f"strict-{unique}", strict.url, [topic])
+            keys = [f"f{i}" for i in range(5)]
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, keys, keys))
+            wait_all_stored(conn, topic, 5)
+            wait_published(conn)
+            flaky_partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
+                                           " WHERE name = %s", (f"flaky-{unique}",)).fetchone()[0]
+        w = workers()
+        ok.wait_for(5)
+        retried = read_partition(kafka_bootstrap, "wal_delivery.retry.1", flaky_partition, 5)
+        mine = [m for m in retried if dict(m.headers()).get("destination") == f"flaky-{unique}".encode()]
+        assert {m.key().decode() for m in mine} == set(keys)
+        h = {k: v.decode() for k, v in mine[0].headers()}
+        assert h["source-topic"] == topic and h["last-error"] == "HTTP 503" and h["attempt"] == "1"
+        assert h["source-partition"] == "0" and h["source-offset"].isdigit()
+        assert int(h["step-entered-at"]) > 0 and "step-jitter-ms" in h
+        assert mine[0].value().decode() == mine[0].key().decode()  # payload unchanged
+
+        dlq = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t-" + uuid.uuid4().hex,
+                        "auto.offset.reset": "earliest"})
+        dlq.subscribe(["wal_delivery.dlq"])
+        dead = []
+        deadline = time.time() + 30
+        while time.time() < deadline and len(dead) < 5:
+            m = dlq.poll(0.5)
+            if m is not None and not m.error() and \
+                    dict(m.headers()).get("destination") == f"strict-{unique}".encode():
+                dead.append(m)
+        dlq.close()
+        assert {m.key().decode() for m in dead} == set(keys)
+        assert dict(dead[0].headers())["last-error"] == b"HTTP 400"
+
+        # Every copy is done, so the group's offset reaches the end of the partition.
+        def committed():
+            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "wal_delivery.shared"})
+            try:
+                [tp] = c.committed([TopicPartition(topic, 0)], timeout=10)
+                return tp.offset
+            finally:
+                c.close()
+        wait_until(lambda: committed() == 5, 20, what="the offset to be committed")
+        assert w.metric("wal_handed_off_total", destination=f"flaky-{unique}", to="retry.1") == 5
+        assert w.metric("wal_handed_off_total", destination=f"strict-{unique}", to="dlq") == 5
+    finally:
+        for d in (ok, flaky, strict):
+            d.stop()
+
+
+def test_retry_after_of_a_429_travels_with_the_retry(tmp_path, workers, kafka_bootstrap, unique):
+    topic = f"c.429.{unique}"
+    d = Destination(tmp_path)
+    d.behave(status=429, headers={"Retry-After": "7"})
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"busy-{unique}", d.url, [topic])
+            conn.execute("SELECT wal_enqueue(%s, 'x'::text, 'ra-1')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            wait_published(conn)
+            part = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
+                                " WHERE name = %s", (f"busy-{unique}",)).fetchone()[0]
+        workers()
+        [m] = [m for m in read_partition(kafka_bootstrap, "wal_delivery.retry.1", part, 1)]
+        h = {k: v.decode() for k, v in m.headers()}
+        assert int(h["not-before"]) - int(h["step-entered-at"]) == 7000
+    finally:
+        d.stop()
+
+
+def test_kill9_of_a_consumer_mid_flight_loses_nothing(tmp_path, workers, unique):
+    topic = f"c.kill.{unique}"
+    d = Destination(tmp_path)
+    d.behave(delay_ms=100)
+    n = 200
+    try:
+        with connect() as conn:
+            make_topic(conn, topic, partitions=2)
+            add_destination(conn, f"slow-{unique}", d.url, [topic], max_in_flight=8)
+            keys = [f"x{i}" for i in range(n)]
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, keys, keys))
+            wait_all_stored(conn, topic, n)
+            wait_published(conn)
+        first = workers()
+        wait_until(lambda: len(d.requests()) >= 40, 60, what="some deliveries")
+        first.stop(signal.SIGKILL)
+        workers()
+        wait_until(lambda: {r["headers"]["idempotency-key"] for r in d.requests()} >= set(keys),
+                   120, what="every record delivered after the restart")
+        seen = {}
+        for r in d.requests():
+            seen.setdefault(r["headers"]["idempotency-key"], []).append(r)
+        report(f"consumer kill -9 mid-flight: {n} records, all delivered, "
+               f"{duplicates(seen)} duplicates")
+    finally:
+        d.stop()
+
+
+def test_a_dedicated_consumer_serves_only_its_destination(tmp_path, workers, unique):
+    topic = f"c.ded.{unique}"
+    busy, quiet = Destination(tmp_path), Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"busy-{unique}", busy.url, [topic], dedicated=True)
+            add_destination(conn, f"quiet-{unique}", quiet.url, [topic])
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)",
+                         (topic, ["a", "b", "c"], ["d1", "d2", "d3"]))
+            wait_all_stored(conn, topic, 3)
+            wait_published(conn)
+        workers()
+        quiet.wait_for(3)
+        time.sleep(2)
+        assert busy.requests() == [], "the shared consumer served a dedicated destination"
+        workers("--destination", f"busy-{unique}")
+        busy.wait_for(3)
+        time.sleep(1)
+        assert len(quiet.requests()) == 3, "the dedicated consumer served another destination"
+    finally:
+        busy.stop()
+        quiet.stop()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("no-such-destination", "no such destination"),
+    ("shared-one", "not marked dedicated"),
+])
+def test_dedicated_consumer_bad_destination_is_refused(tmp_path, workers, name, message):
+    with connect() as conn:
+        add_destination(conn, "shared-one", "http://127.0.0.1:9/", [])
+    w = workers("--destination", name)
+    assert w.proc.wait(30) == 2
+    assert message in w.output()
+
+
+def test_config_changes_arrive_by_notify(tmp_path, workers, unique):
+    t1, t2 = f"c.cfg1.{unique}", f"c.cfg2.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, t1)
+            make_topic(conn, t2)
+            add_destination(conn, f"cfg-{unique}", d.url, [t1])
+            wait_published(conn)
+        w = workers()
+        w.wait_ready()
+        with connect() as conn:
+            conn.execute("INSERT INTO wal_delivery.subscriptions VALUES (%s, %s)", (t2, f"cfg-{unique}"))
+            conn.execute("SELECT wal_enqueue(%s, 'new topic'::text, 'n1')", (t2,))
+            wait_all_stored(conn, t2, 1)
+        d.wait_for(1, timeout=30)
+        assert "event=config_changed" in w.output()
+    finally:
+        d.stop()
+
+
+def test_a_worker_started_while_the_database_is_down_uses_a_peer(tmp_path, workers, unique):
+    topic = f"c.peer.{unique}"
+    with connect() as conn:
+        make_topic(conn, topic)
+        add_destination(conn, f"peer-{unique}", "http://127.0.0.1:9/", [topic], secret=SECRET)
+        wait_published(conn)
+    peer = workers()
+    peer.wait_ready()
+    lonely = workers(conninfo="host=127.0.0.1 port=1 connect_timeout=1")
+    time.sleep(4)
+    assert lonely.proc.poll() is None, "a worker without config must wait, not exit"
+    assert "event=no_config" in lonely.output()
+    assert lonely.stop() == 0
+    helped = workers("--peer", peer.url(""), conninfo="host=127.0.0.1 port=1 connect_timeout=1")
+    wait_until(lambda: "event=config_from_peer" in helped.output(), 30, what="config from the peer")
+    helped.wait_ready()
