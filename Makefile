@@ -21,6 +21,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies; rebuild the extension when any of its headers change.
+$(OBJS): $(wildcard src/ext/*.h)
+
 # ---------------------------------------------------------------- the workers
 WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/common/*.c)
 WORKER_OBJS  = $(patsubst src/workers/%.c,build/workers/%.o,$(WORKER_SRCS))
