@@ -280,3 +280,115 @@ def test_a_worker_started_while_the_database_is_down_uses_a_peer(tmp_path, worke
     helped = workers("--peer", peer.url(""), conninfo="host=127.0.0.1 port=1 connect_timeout=1")
     wait_until(lambda: "event=config_from_peer" in helped.output(), 30, what="config from the peer")
     helped.wait_ready()
+
+
+def test_unresolvable_and_silent_destinations_go_to_retry_with_the_reason(tmp_path, workers, kafka_bootstrap, unique):
+    topic = f"c.bad.{unique}"
+    silent = Destination(tmp_path)
+    silent.behave(hang=True)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"nxdomain-{unique}", "http://no-such-host.invalid/hook", [topic])
+            add_destination(conn, f"silent-{unique}", silent.url, [topic], timeout="1 second")
+            conn.execute("SELECT wal_enqueue(%s, 'x'::text, 'bad-1')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            wait_published(conn)
+            parts = dict(conn.execute("SELECT name, retry_partition FROM wal_delivery.destinations").fetchall())
+        w = workers()
+        for name, needle in ((f"nxdomain-{unique}", "resolve"), (f"silent-{unique}", "timed out")):
+            [m] = read_partition(kafka_bootstrap, "wal_delivery.retry.1", parts[name], 1)
+            assert needle in dict(m.headers())["last-error"].decode().lower()
+            assert w.metric("wal_handed_off_total", destination=name, to="retry.1") == 1
+        assert "event=hand_off" in w.output()
+    finally:
+        silent.stop()
+
+
+def test_a_record_without_the_relays_headers_is_still_delivered(tmp_path, workers, kafka_bootstrap, unique):
+    from confluent_kafka import Producer
+    topic = f"c.raw.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"raw-{unique}", d.url, [topic])
+            wait_published(conn)
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        p.produce(topic, b"no headers at all")
+        p.flush(10)
+        workers()
+        [r] = d.wait_for(1)
+        assert r["body"] == "no headers at all"
+        assert r["headers"]["idempotency-key"] == f"{topic}-0-0"
+        assert r["headers"]["content-type"] == "application/octet-stream"
+    finally:
+        d.stop()
+
+
+def test_a_slow_dedicated_destination_does_not_slow_the_shared_ones(tmp_path, workers, unique):
+    """Latency of a fast shared destination, alone and next to a destination that takes
+    2 s per request served by its own dedicated consumer."""
+    def fast_latencies(fast, keys_created):
+        got = fast.wait_for(len(keys_created), timeout=60)
+        return sorted(r["arrived_at"] - keys_created[r["headers"]["idempotency-key"]] for r in got)
+
+    def enqueue(conn, topic, prefix, n):
+        created = {}
+        for i in range(n):
+            key = f"{prefix}{i}"
+            conn.execute("SELECT wal_enqueue(%s, 'x'::text, %s)", (topic, key))
+            created[key] = time.time()
+            time.sleep(0.02)
+        return created
+
+    topic = f"c.noisy.{unique}"
+    fast, slow = Destination(tmp_path), Destination(tmp_path)
+    slow.behave(delay_ms=2000)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"fast-{unique}", fast.url, [topic])
+            wait_published(conn)
+        workers().wait_ready()
+        with connect() as conn:
+            fast_latencies(fast, enqueue(conn, topic, "warm", 5))  # first-use costs out of the way
+            fast.control("reset", {})
+            alone = fast_latencies(fast, enqueue(conn, topic, "a", 40))
+            add_destination(conn, f"slow-{unique}", slow.url, [topic], dedicated=True, max_in_flight=2)
+            wait_published(conn)
+        workers("--destination", f"slow-{unique}").wait_ready()
+        fast.control("reset", {})
+        with connect() as conn:
+            beside = fast_latencies(fast, enqueue(conn, topic, "b", 40))
+        p95 = lambda xs: xs[int(len(xs) * 0.95) - 1]
+        report(f"noisy neighbour: fast destination p95 latency {p95(alone) * 1000:.0f} ms alone, "
+               f"{p95(beside) * 1000:.0f} ms beside a 2 s/request dedicated destination")
+        assert p95(beside) < p95(alone) + 1.0, (p95(alone), p95(beside))
+        assert len(slow.requests()) > 0
+    finally:
+        fast.stop()
+        slow.stop()
+
+
+def test_a_missed_push_is_caught_up(tmp_path, workers, unique):
+    t1, t2 = f"c.miss1.{unique}", f"c.miss2.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, t1)
+            make_topic(conn, t2)
+            add_destination(conn, f"miss-{unique}", d.url, [t1])
+            wait_published(conn)
+        w = workers("--time-scale", "10")
+        w.wait_ready()
+        with connect() as conn:
+            # Cut the worker's LISTEN connection, so the NOTIFY of the next change is lost.
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE query = 'LISTEN wal_delivery_published'")
+            conn.execute("INSERT INTO wal_delivery.subscriptions VALUES (%s, %s)", (t2, f"miss-{unique}"))
+            wait_published(conn)
+            conn.execute("SELECT wal_enqueue(%s, 'late'::text, 'm1')", (t2,))
+        d.wait_for(1, timeout=30)
+    finally:
+        d.stop()

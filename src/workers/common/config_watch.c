@@ -22,6 +22,8 @@
 struct config_watch
 {
 	const worker_options *opts;
+	long poll_interval_ms;		 /* POLL_INTERVAL_MS shortened by --time-scale */
+	int64_t waiting_for_version; /* unpublished version already logged */
 	PGconn *conn;
 	control_plane_config *current;
 	int64_t next_poll_ms;
@@ -90,6 +92,7 @@ config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
 	char peer_err[1024];
 
 	w->opts = opts;
+	w->poll_interval_ms = (long) (POLL_INTERVAL_MS / opts->time_scale);
 	pthread_mutex_init(&w->json_lock, NULL);
 	while (!*stop)
 	{
@@ -108,8 +111,12 @@ config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
 		}
 		if (config)
 		{
+			if (config->version != config->published_version)
+				log_warn("event=config_unpublished version=%" PRId64 " published=%" PRId64
+						 " msg=\"starting with a version Kafka may not match yet\"",
+						 config->version, config->published_version);
 			w->current = config;
-			w->next_poll_ms = now_ms() + POLL_INTERVAL_MS;
+			w->next_poll_ms = now_ms() + w->poll_interval_ms;
 			return w;
 		}
 		log_error("event=no_config error=\"%s\" peers=%d msg=\"no configuration yet: the database "
@@ -172,7 +179,7 @@ config_watch_poll(config_watch *w)
 	}
 	if (!notified(w) && now < w->next_poll_ms)
 		return false;
-	w->next_poll_ms = now + POLL_INTERVAL_MS;
+	w->next_poll_ms = now + w->poll_interval_ms;
 	config = load_from_db(w, errbuf, sizeof(errbuf));
 	if (config == NULL)
 	{
@@ -183,6 +190,17 @@ config_watch_poll(config_watch *w)
 	if (config->version == w->current->version &&
 		config->published_version == w->current->published_version)
 	{
+		config_free(config);
+		return false;
+	}
+	if (config->version != config->published_version)
+	{
+		/* Workers follow published versions only: Kafka must match the config first. */
+		if (w->waiting_for_version != config->version)
+			log_info("event=config_waiting version=%" PRId64 " published=%" PRId64
+					 " msg=\"keeping version %" PRId64 " until the reconciler publishes\"",
+					 config->version, config->published_version, w->current->version);
+		w->waiting_for_version = config->version;
 		config_free(config);
 		return false;
 	}

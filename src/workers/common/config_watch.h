@@ -5,8 +5,9 @@
  * unreachable, from the first --peer that answers; it retries until one does (logging
  * each failure) and never returns an empty configuration. Then it follows the published
  * version: a NOTIFY on wal_delivery_published triggers a reload at once, and a poll
- * every POLL_INTERVAL catches a missed notification. While the database is down the
- * cached configuration stays in use and the connection is retried.
+ * every 30 s (divided by --time-scale) catches a missed notification. A version the
+ * reconciler has not published yet (Kafka does not match it) is not adopted. While the
+ * database is down the cached configuration stays in use and the connection is retried.
  */
 #ifndef WAL_CONFIG_WATCH_H
 #define WAL_CONFIG_WATCH_H

@@ -19,8 +19,8 @@
 
 #include "log.h"
 
-#define DESTINATION_BUCKETS	 256
-#define RETRY_AFTER_MAX		 128
+#define DESTINATION_BUCKETS  256
+#define RETRY_AFTER_MAX      128
 #define RESPONSE_EXCERPT_MAX 256
 
 typedef struct delivery_request delivery_request;
@@ -229,11 +229,11 @@ configure_transfer(delivery_request *r)
 	CURLcode rc = CURLE_OK;
 	CURL *easy = r->easy;
 
-#define SET(option, value)                                                                     \
-	do                                                                                         \
-	{                                                                                          \
-		if (rc == CURLE_OK)                                                                    \
-			rc = curl_easy_setopt(easy, option, value);                                        \
+#define SET(option, value)                                                                         \
+	do                                                                                             \
+	{                                                                                              \
+		if (rc == CURLE_OK)                                                                        \
+			rc = curl_easy_setopt(easy, option, value);                                            \
 	} while (0)
 
 	SET(CURLOPT_PRIVATE, r);
@@ -509,8 +509,8 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 	 * Many webhook receivers mishandle "Expect: 100-continue", and a body without a
 	 * Content-Type must not be labelled form-encoded, which curl does by default.
 	 */
-	sends_body = !(strcmp(r->method, "GET") == 0 && r->body_len == 0) &&
-				 strcmp(r->method, "HEAD") != 0;
+	sends_body =
+		!(strcmp(r->method, "GET") == 0 && r->body_len == 0) && strcmp(r->method, "HEAD") != 0;
 	if (sends_body)
 	{
 		struct curl_slist *more = curl_slist_append(r->headers, "Expect:");

@@ -46,31 +46,31 @@ typedef struct http_engine http_engine;
 
 typedef struct
 {
-	const char *destination;	  /* groups requests for max_in_flight; NULL is "" */
-	int max_in_flight;			  /* this destination's limit (<= 0: none); the newest
-								   * submitted value applies to the destination */
-	const char *method;			  /* "POST", "PUT", ...; NULL is POST */
-	const char *url;			  /* http:// or https:// */
-	struct curl_slist *headers;	  /* "Name: value" lines; the engine takes ownership, also
-								   * when submit fails */
-	const char *body;			  /* copied by submit; may hold any bytes */
-	size_t body_len;
-	long timeout_ms;			  /* whole request once started; <= 0: no limit */
-	bool verify_tls;			  /* false only for destinations configured so */
+	const char *destination;    /* groups requests for max_in_flight; NULL is "" */
+	int max_in_flight;          /* this destination's limit (<= 0: none); the newest
+								 * submitted value applies to the destination */
+	const char *method;         /* "POST", "PUT", ...; NULL is POST */
+	const char *url;            /* http:// or https:// */
+	struct curl_slist *headers; /* "Name: value" lines; the engine takes ownership, also
+								 * when submit fails */
+	const char *body;           /* copied by submit; may hold any bytes */
+	size_t body_len;            /* bytes of body */
+	long timeout_ms;            /* whole request once started; <= 0: no limit */
+	bool verify_tls;            /* false only for destinations configured so */
 } http_request;
 
 typedef struct
 {
-	CURLcode curl_code;			  /* CURLE_OK when an HTTP answer arrived */
-	long http_status;			  /* 0 when no answer arrived */
-	const char *retry_after;	  /* the answer's Retry-After value, NULL if none */
-	long elapsed_ms;			  /* from start to completion (0 if it never started) */
-	long queued_ms;				  /* waiting in the engine before it started */
-	long new_connections;		  /* connections opened for it: 0 when one was reused */
-	const char *error;			  /* short text: "" for 2xx, "HTTP 503", curl's message,
+	CURLcode curl_code;           /* CURLE_OK when an HTTP answer arrived */
+	long http_status;             /* 0 when no answer arrived */
+	const char *retry_after;      /* the answer's Retry-After value, NULL if none */
+	long elapsed_ms;              /* from start to completion (0 if it never started) */
+	long queued_ms;               /* waiting in the engine before it started */
+	long new_connections;         /* connections opened for it: 0 when one was reused */
+	const char *error;            /* short text: "" for 2xx, "HTTP 503", curl's message,
 								   * or "aborted: ..." */
 	const char *response_excerpt; /* the answer body's first bytes, for logs ("" if none) */
-	bool aborted;				  /* completed by http_engine_free, never answered */
+	bool aborted;                 /* completed by http_engine_free, never answered */
 } http_result;
 
 typedef void (*http_done_fn)(void *opaque, const http_result *result);

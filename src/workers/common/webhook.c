@@ -9,13 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#define SECRET_PREFIX "whsec_"
+#define SECRET_PREFIX    "whsec_"
 #define HMAC_SHA256_SIZE 32
 
 const char *const default_transient_statuses[] = {"408", "425", "429", "5xx"};
@@ -163,8 +162,7 @@ webhook_add_headers(struct curl_slist **headers, const char *secret, const char 
 	struct curl_slist *ours = NULL;
 
 	if (!msg_id || msg_id[0] == '\0' || !is_header_safe(msg_id) ||
-		(size_t) snprintf(lines[0], sizeof(lines[0]), "webhook-id: %s", msg_id) >=
-			sizeof(lines[0]))
+		(size_t) snprintf(lines[0], sizeof(lines[0]), "webhook-id: %s", msg_id) >= sizeof(lines[0]))
 		return false;
 	if (!webhook_sign(secret, msg_id, timestamp, body, body_len, signature, sizeof(signature)))
 		return false;
@@ -212,8 +210,8 @@ status_matches(const char *entry, long http_status)
 }
 
 delivery_outcome
-classify_http_result(CURLcode curl_result, long http_status,
-					 const char *const *transient_statuses, int n)
+classify_http_result(CURLcode curl_result, long http_status, const char *const *transient_statuses,
+					 int n)
 {
 	/*
 	 * Any curl error means the destination gave no verdict on the record, so it is never
