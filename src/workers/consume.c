@@ -424,11 +424,37 @@ pause_or_resume(consumer_state *st, bool force_pause)
 	}
 }
 
+/* Lag per assigned partition: the end of the partition (as last fetched) minus our position. */
+static void
+update_lag(consumer_state *st)
+{
+	rd_kafka_topic_partition_list_t *assignment = NULL;
+
+	if (rd_kafka_assignment(st->consumer, &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	rd_kafka_position(st->consumer, assignment);
+	for (int i = 0; i < assignment->cnt; i++)
+	{
+		rd_kafka_topic_partition_t *tp = &assignment->elems[i];
+		int64_t low, high;
+		char partition[16];
+		const char *labels[] = {tp->topic, partition};
+
+		if (tp->offset < 0 || rd_kafka_get_watermark_offsets(st->consumer, tp->topic, tp->partition,
+															  &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR)
+			continue;
+		snprintf(partition, sizeof(partition), "%d", tp->partition);
+		metric_set(st->lag, (double) (high > tp->offset ? high - tp->offset : 0), labels);
+	}
+	rd_kafka_topic_partition_list_destroy(assignment);
+}
+
 static void
 update_gauges(consumer_state *st)
 {
 	const control_plane_config *config = config_watch_current(st->watch);
 
+	update_lag(st);
 	metric_set(st->open_records, tracker_open_records(st->tracker), NULL);
 	metric_set(st->config_version, (double) config->published_version, NULL);
 	for (int i = 0; i < config->n_destinations; i++)

@@ -90,6 +90,8 @@ def test_every_record_reaches_every_subscribed_destination_signed(tmp_path, work
         assert all(r["method"] == "PUT" and "webhook-signature" not in r["headers"] for r in got_b)
         wait_until(lambda: w.metric("wal_delivered_total", destination=f"a-{unique}") == 30, 10,
                    what="the delivered metric")
+        wait_until(lambda: "wal_consumer_lag{topic=" in w.get("/metrics")[1], 10, what="lag gauges")
+        assert w.metric("wal_consumer_lag", topic=topic, partition="0") == 0
         status, cfg = w.get("/config")
         assert status == 200 and SECRET not in cfg and "redacted" in cfg
         assert w.stop() == 0

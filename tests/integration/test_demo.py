@@ -23,6 +23,10 @@ def test_demo_runs_end_to_end_and_stops_cleanly():
             assert f"idempotency-key={key}," in out.stdout
         assert 'value={"event": "paid", "order_id": 2}' in out.stdout
         assert "order-3-created" not in out.stdout
+        # ... and delivered to the sample destination by the consumer.
+        for key in ("order-1-created", "order-2-created", "order-2-paid"):
+            assert re.search(rf"POST /orders  idempotency-key={key} ", out.stdout), key
+        assert re.search(r'wal_delivered_total\{destination="sample-destination"\} 3', out.stdout)
         assert "make demo-stop" in out.stdout
     finally:
         subprocess.run([str(ROOT / "demo" / "stop")], env=env, capture_output=True, timeout=120)
