@@ -62,6 +62,7 @@ def body_fields(raw):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real destinations do
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
     recorder = None
 
     def log_message(self, fmt, *args):  # the request log is the recorder's job
@@ -145,6 +146,7 @@ def main():
     args = ap.parse_args()
 
     Handler.recorder = Recorder(args.log)
+    ThreadingHTTPServer.request_queue_size = 128  # the default 5 drops bursts of connects
     try:
         server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     except OSError as e:

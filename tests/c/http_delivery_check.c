@@ -11,8 +11,8 @@
  *                     once, or each submitted from the previous one's callback with
  *                     --sequential. One "done" line each, then a "summary" line.
  *   two-destinations  --count requests to /slow (destination "slow") submitted first, then
- *                     --fast-count to /fast (destination "fast"), both limited to
- *                     --max-in-flight.
+ *                     --fast-count to /fast (destination "fast") at --fast-url (default:
+ *                     BASE_URL), both limited to --max-in-flight.
  *   abort             --count requests, polls for --abort-after-ms, then frees the engine.
  *   sign              prints webhook_sign(--secret, --msg-id, --timestamp, --body).
  *   retry-after       prints parse_retry_after(--value, --now).
@@ -30,13 +30,14 @@
 #include "common/http_delivery.h"
 #include "common/webhook.h"
 
-#define MAX_HEADERS		 16
-#define MAX_TRANSIENT	 16
+#define MAX_HEADERS      16
+#define MAX_TRANSIENT    16
 #define MAX_DESTINATIONS 2
 
 typedef struct
 {
 	const char *base_url;
+	const char *fast_url;
 	const char *path;
 	int count;
 	int fast_count;
@@ -145,7 +146,8 @@ seen_for(check_run *run, const char *destination)
 	return 0;
 }
 
-static bool submit_one(check_run *run, const char *destination, const char *path, int index);
+static bool submit_one(check_run *run, const char *base_url, const char *destination,
+					   const char *path, int index);
 
 static void
 on_done(void *opaque, const http_result *result)
@@ -178,12 +180,13 @@ on_done(void *opaque, const http_result *result)
 
 	/* Sequential: the next request goes out from this callback, as a consumer's would. */
 	if (opts->sequential && !result->aborted && run->submitted < opts->count)
-		submit_one(run, tag->destination, opts->path, run->submitted);
+		submit_one(run, opts->base_url, tag->destination, opts->path, run->submitted);
 	free(tag);
 }
 
 static bool
-submit_one(check_run *run, const char *destination, const char *path, int index)
+submit_one(check_run *run, const char *base_url, const char *destination, const char *path,
+		   int index)
 {
 	check_options *opts = run->opts;
 	struct curl_slist *headers = NULL;
@@ -193,7 +196,7 @@ submit_one(check_run *run, const char *destination, const char *path, int index)
 	const char *body = opts->body ? opts->body : "{\"n\":0}";
 	http_request req;
 
-	snprintf(url, sizeof(url), "%s%s", opts->base_url, path);
+	snprintf(url, sizeof(url), "%s%s", base_url, path);
 	for (int i = 0; i < opts->n_headers; i++)
 		headers = curl_slist_append(headers, opts->headers[i]);
 	if (opts->secret)
@@ -281,15 +284,15 @@ run_deliveries(check_options *opts, const char *scenario)
 		run.seen[run.n_seen++].name = "fast";
 
 	if (opts->sequential)
-		submit_one(&run, "dest", opts->path, 0);
+		submit_one(&run, opts->base_url, "dest", opts->path, 0);
 	else
 		for (int i = 0; i < opts->count; i++)
-			submit_one(&run, two ? "slow" : "dest", two ? "/slow" : opts->path, i);
+			submit_one(&run, opts->base_url, two ? "slow" : "dest", two ? "/slow" : opts->path, i);
 	if (two)
 	{
 		/* "slow" is at its limit with a queue behind it when "fast" is submitted. */
 		for (int i = 0; i < opts->fast_count; i++)
-			submit_one(&run, "fast", "/fast", i);
+			submit_one(&run, opts->fast_url ? opts->fast_url : opts->base_url, "fast", "/fast", i);
 	}
 
 	if (strcmp(scenario, "abort") == 0)
@@ -337,6 +340,7 @@ main(int argc, char **argv)
 		{"path", required_argument, NULL, 'p'},
 		{"count", required_argument, NULL, 'n'},
 		{"fast-count", required_argument, NULL, 'f'},
+		{"fast-url", required_argument, NULL, 'u'},
 		{"max-in-flight", required_argument, NULL, 'm'},
 		{"max-total", required_argument, NULL, 'M'},
 		{"timeout-ms", required_argument, NULL, 't'},
@@ -371,8 +375,7 @@ main(int argc, char **argv)
 
 	if (argc < 3)
 	{
-		fprintf(stderr, "usage: %s BASE_URL SCENARIO [OPTIONS] (see the file's header)\n",
-				argv[0]);
+		fprintf(stderr, "usage: %s BASE_URL SCENARIO [OPTIONS] (see the file's header)\n", argv[0]);
 		return 2;
 	}
 	opts.base_url = argv[1];
@@ -390,6 +393,9 @@ main(int argc, char **argv)
 				break;
 			case 'f':
 				opts.fast_count = atoi(optarg);
+				break;
+			case 'u':
+				opts.fast_url = optarg;
 				break;
 			case 'm':
 				opts.max_in_flight = atoi(optarg);
