@@ -26,10 +26,11 @@ def free_port():
 class Worker:
     """A wal-worker process with an admin port; its log goes to a file under tmp_path."""
 
-    def __init__(self, tmp_path, role, *args, kafka_bootstrap=None, conninfo=None, env=None):
+    def __init__(self, tmp_path, role, *args, kafka_bootstrap=None, conninfo=None, env=None,
+                 wrapper=()):
         self.admin_port = free_port()
         self.log_path = tmp_path / f"{role}-{self.admin_port}.log"
-        cmd = [WORKER, role, "--admin-port", str(self.admin_port), *args,
+        cmd = [*wrapper, WORKER, role, "--admin-port", str(self.admin_port), *args,
                "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000"]
         if kafka_bootstrap:
             cmd += ["-X", f"bootstrap.servers={kafka_bootstrap}"]
