@@ -180,11 +180,11 @@ def test_retry_after_of_a_429_travels_with_the_retry(tmp_path, workers, kafka_bo
         d.stop()
 
 
-def test_kill9_of_a_consumer_mid_flight_loses_nothing(tmp_path, workers, unique):
+def test_kill9_of_a_consumer_mid_flight_repeated_loses_nothing(tmp_path, workers, unique):
     topic = f"c.kill.{unique}"
     d = Destination(tmp_path)
     d.behave(delay_ms=100)
-    n = 200
+    n = 300
     try:
         with connect() as conn:
             make_topic(conn, topic, partitions=2)
@@ -193,16 +193,17 @@ def test_kill9_of_a_consumer_mid_flight_loses_nothing(tmp_path, workers, unique)
             conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, keys, keys))
             wait_all_stored(conn, topic, n)
             wait_published(conn)
-        first = workers()
-        wait_until(lambda: len(d.requests()) >= 40, 60, what="some deliveries")
-        first.stop(signal.SIGKILL)
+        for target in (40, 120):  # kill -9 twice, each time with copies in flight
+            w = workers()
+            wait_until(lambda: len(d.requests()) >= target, 90, what=f"{target} deliveries")
+            w.stop(signal.SIGKILL)
         workers()
         wait_until(lambda: {r["headers"]["idempotency-key"] for r in d.requests()} >= set(keys),
-                   120, what="every record delivered after the restart")
+                   120, what="every record delivered after the restarts")
         seen = {}
         for r in d.requests():
             seen.setdefault(r["headers"]["idempotency-key"], []).append(r)
-        report(f"consumer kill -9 mid-flight: {n} records, all delivered, "
+        report(f"consumer kill -9 x2 mid-flight: {n} records, all delivered, "
                f"{duplicates(seen)} duplicates")
     finally:
         d.stop()
