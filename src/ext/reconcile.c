@@ -36,6 +36,7 @@
 #include "kafka_producer.h"
 #include "reconcile.h"
 #include "relay.h"
+#include "wal_delivery.h"
 
 static int reconcile_interval_ms = 30000;
 static int reconcile_poll_ms = 1000;
@@ -70,17 +71,8 @@ define_reconcile_settings(void)
 void
 register_reconcile_worker(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "wal_delivery");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "wal_delivery_reconcile_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "wal_delivery reconciler");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "wal_delivery reconciler");
-	RegisterBackgroundWorker(&worker);
+	register_wal_delivery_worker("wal_delivery_reconcile_main", "wal_delivery reconciler",
+								 "wal_delivery reconciler", 0);
 }
 
 /* Errors that no retry can fix: the request itself is unacceptable to Kafka. */
@@ -226,6 +218,31 @@ admin_options(rd_kafka_admin_op_t op)
 	return options;
 }
 
+/* When the whole admin request failed or got no reply, every topic in it failed. */
+static bool
+admin_request_failed(rd_kafka_event_t *event, DesiredTopic **topics, int n, const char *what)
+{
+	if (event != NULL && !rd_kafka_event_error(event))
+		return false;
+	for (int i = 0; i < n; i++)
+		if (topics[i]->ready)
+			fail_topic(topics[i], event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
+					   what, event ? rd_kafka_event_error_string(event) : NULL);
+	return true;
+}
+
+/* One topic's result within an admin request: an error marks that topic failed. */
+static void
+admin_topic_result(DesiredTopic **topics, int n, const char *name, rd_kafka_resp_err_t err,
+				   const char *what, const char *detail)
+{
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	for (int i = 0; i < n; i++)
+		if (strcmp(topics[i]->name, name) == 0)
+			fail_topic(topics[i], err, what, detail);
+}
+
 static void
 create_topics(DesiredTopic **missing, int n)
 {
@@ -259,15 +276,7 @@ create_topics(DesiredTopic **missing, int n)
 	{
 		rd_kafka_CreateTopics(admin, requests, sent, options, queue);
 		event = wait_admin_result(queue);
-		if (event == NULL || rd_kafka_event_error(event))
-		{
-			for (int i = 0; i < n; i++)
-				if (missing[i]->ready)
-					fail_topic(missing[i],
-							   event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
-							   "cannot create topic", event ? rd_kafka_event_error_string(event) : NULL);
-		}
-		else
+		if (!admin_request_failed(event, missing, n, "cannot create topic"))
 		{
 			size_t cnt;
 			const rd_kafka_topic_result_t **results =
@@ -276,15 +285,13 @@ create_topics(DesiredTopic **missing, int n)
 			for (size_t r = 0; r < cnt; r++)
 			{
 				rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[r]);
-				DesiredTopic *t = NULL;
 
-				for (int i = 0; i < n; i++)
-					if (strcmp(missing[i]->name, rd_kafka_topic_result_name(results[r])) == 0)
-						t = missing[i];
-				if (t != NULL && err != RD_KAFKA_RESP_ERR_NO_ERROR &&
-					err != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-					fail_topic(t, err, "cannot create topic",
-							   rd_kafka_topic_result_error_string(results[r]));
+				/* Created meanwhile by someone else: as good as created. */
+				if (err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+					err = RD_KAFKA_RESP_ERR_NO_ERROR;
+				admin_topic_result(missing, n, rd_kafka_topic_result_name(results[r]), err,
+								   "cannot create topic",
+								   rd_kafka_topic_result_error_string(results[r]));
 			}
 		}
 		if (event)
@@ -309,30 +316,16 @@ grow_partitions(DesiredTopic **short_topics, int n)
 												 errstr, sizeof(errstr));
 	rd_kafka_CreatePartitions(admin, requests, n, options, queue);
 	event = wait_admin_result(queue);
-	if (event == NULL || rd_kafka_event_error(event))
-	{
-		for (int i = 0; i < n; i++)
-			fail_topic(short_topics[i],
-					   event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
-					   "cannot add partitions", event ? rd_kafka_event_error_string(event) : NULL);
-	}
-	else
+	if (!admin_request_failed(event, short_topics, n, "cannot add partitions"))
 	{
 		size_t cnt;
 		const rd_kafka_topic_result_t **results = rd_kafka_CreatePartitions_result_topics(
 			rd_kafka_event_CreatePartitions_result(event), &cnt);
 
 		for (size_t r = 0; r < cnt; r++)
-		{
-			rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[r]);
-
-			if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-				continue;
-			for (int i = 0; i < n; i++)
-				if (strcmp(short_topics[i]->name, rd_kafka_topic_result_name(results[r])) == 0)
-					fail_topic(short_topics[i], err, "cannot add partitions",
+			admin_topic_result(short_topics, n, rd_kafka_topic_result_name(results[r]),
+							   rd_kafka_topic_result_error(results[r]), "cannot add partitions",
 							   rd_kafka_topic_result_error_string(results[r]));
-		}
 	}
 	if (event)
 		rd_kafka_event_destroy(event);
@@ -366,29 +359,16 @@ alter_topic_configs(DesiredTopic **topics, int n)
 	}
 	rd_kafka_AlterConfigs(admin, resources, n, options, queue);
 	event = wait_admin_result(queue);
-	if (event == NULL || rd_kafka_event_error(event))
-	{
-		for (int i = 0; i < n; i++)
-			fail_topic(topics[i], event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
-					   "cannot set topic config", event ? rd_kafka_event_error_string(event) : NULL);
-	}
-	else
+	if (!admin_request_failed(event, topics, n, "cannot set topic config"))
 	{
 		size_t cnt;
 		const rd_kafka_ConfigResource_t **results = rd_kafka_AlterConfigs_result_resources(
 			rd_kafka_event_AlterConfigs_result(event), &cnt);
 
 		for (size_t r = 0; r < cnt; r++)
-		{
-			rd_kafka_resp_err_t err = rd_kafka_ConfigResource_error(results[r]);
-
-			if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-				continue;
-			for (int i = 0; i < n; i++)
-				if (strcmp(topics[i]->name, rd_kafka_ConfigResource_name(results[r])) == 0)
-					fail_topic(topics[i], err, "cannot set topic config",
+			admin_topic_result(topics, n, rd_kafka_ConfigResource_name(results[r]),
+							   rd_kafka_ConfigResource_error(results[r]), "cannot set topic config",
 							   rd_kafka_ConfigResource_error_string(results[r]));
-		}
 	}
 	if (event)
 		rd_kafka_event_destroy(event);

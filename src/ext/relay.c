@@ -113,20 +113,12 @@ define_relay_settings(void)
 void
 register_relay_workers(void)
 {
-	BackgroundWorker worker;
-
 	for (int i = 0; i < wal_delivery_relay_workers; i++)
 	{
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = 5; /* a crashed relay comes back after 5 s */
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "wal_delivery");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "wal_delivery_relay_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "wal_delivery relay %d", i);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "wal_delivery relay");
-		worker.bgw_main_arg = Int32GetDatum(i);
-		RegisterBackgroundWorker(&worker);
+		char name[BGW_MAXLEN];
+
+		snprintf(name, sizeof(name), "wal_delivery relay %d", i);
+		register_wal_delivery_worker("wal_delivery_relay_main", name, "wal_delivery relay", i);
 	}
 }
 

@@ -10,6 +10,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -82,6 +83,27 @@ _PG_init(void)
 	register_relay_workers();
 	if (wal_delivery_relay_workers > 0)
 		register_reconcile_worker();
+}
+
+/*
+ * Registers one of the extension's background workers: connected to a database, started
+ * once recovery is over, restarted 5 s after it exits with code 1 or crashes.
+ */
+void
+register_wal_delivery_worker(const char *function, const char *name, const char *type, int arg)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "wal_delivery");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
+	worker.bgw_main_arg = Int32GetDatum(arg);
+	RegisterBackgroundWorker(&worker);
 }
 
 Datum

@@ -8,6 +8,9 @@
 
 extern bool wal_delivery_force_delete;
 
+void register_wal_delivery_worker(const char *function, const char *name, const char *type,
+								  int arg);
+
 /* PostgreSQL 15's fmgr.h does not declare it. */
 void _PG_init(void);
 
