@@ -42,6 +42,8 @@ main(int argc, char **argv)
 
 	if (strcmp(opts.role, "consume") == 0)
 		return run_consume(&opts);
+	if (strcmp(opts.role, "dlq") == 0)
+		return run_dlq(&opts);
 
 	/* The roles land one by one (see the project's issues); until then say so plainly. */
 	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",

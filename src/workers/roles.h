@@ -7,5 +7,6 @@
 #include "common/options.h"
 
 int run_consume(const worker_options *opts);
+int run_dlq(const worker_options *opts);
 
 #endif

@@ -105,6 +105,7 @@ config_from_json(const char *json, char *errbuf, size_t errbuf_size)
 	config->retry_topic_prefix =
 		dup_or_null(json_string_value(json_object_get(settings, "retry_topic_prefix")));
 	config->dlq_topic = dup_or_null(json_string_value(json_object_get(settings, "dlq_topic")));
+	config->dlq_alert_url = dup_or_null(json_string_value(json_object_get(settings, "dlq_alert_url")));
 	config->consumer_dedupe_ttl_ms =
 		(long) json_integer_value(json_object_get(settings, "consumer_dedupe_ttl_ms"));
 	config->destinations = calloc(json_array_size(destinations) + 1, sizeof(destination_config));
@@ -159,6 +160,7 @@ config_free(control_plane_config *config)
 	free(config->kafka_bootstrap_servers);
 	free(config->retry_topic_prefix);
 	free(config->dlq_topic);
+	free(config->dlq_alert_url);
 	free(config->json);
 	free(config);
 }

@@ -47,6 +47,7 @@ typedef struct control_plane_config
 	char *kafka_bootstrap_servers; /* NULL: take -X bootstrap.servers */
 	char *retry_topic_prefix;
 	char *dlq_topic;
+	char *dlq_alert_url; /* NULL: alerts are a metric only */
 	long consumer_dedupe_ttl_ms;
 	destination_config *destinations;
 	int n_destinations;

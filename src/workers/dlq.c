@@ -1,0 +1,319 @@
+/*
+ * dlq.c: `wal-worker dlq`, copying the DLQ topic into wal_delivery.dead_letters.
+ *
+ * Each message is inserted with its Kafka position, which is unique in the table, so a
+ * message consumed again after a crash writes nothing the second time (exactly once per
+ * message). Its offset is committed only after the insert committed. Each new dead
+ * letter raises an alert: a metric, and a POST to settings.dlq_alert_url when set. An
+ * alert that cannot be delivered is logged and counted; it never holds up ingestion,
+ * since the dead letter itself is safe in the table.
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#include "common/admin_server.h"
+#include "common/config_watch.h"
+#include "common/kafka_conf.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "roles.h"
+
+typedef struct dlq_state
+{
+	const worker_options *opts;
+	config_watch *watch;
+	PGconn *db;
+	rd_kafka_t *consumer;
+	bool assigned;
+	metric *ingested;
+	metric *duplicates;
+	metric *alerts_failed;
+} dlq_state;
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+on_stop_signal(int signo)
+{
+	(void) signo;
+	stop_requested = 1;
+}
+
+static char *
+header_value(const rd_kafka_message_t *rkm, const char *name)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	const void *value;
+	size_t size;
+
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		rd_kafka_header_get_last(hdrs, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		value == NULL)
+		return NULL;
+	return strndup(value, size);
+}
+
+/* POSTs the alert for one new dead letter; failures are logged and counted, not retried. */
+static void
+raise_alert(dlq_state *st, int64_t id, const char *topic, const char *key, const char *destination,
+			const char *error)
+{
+	const char *url = config_watch_current(st->watch)->dlq_alert_url;
+	json_t *body;
+	char *text;
+	CURL *curl;
+	struct curl_slist *headers = NULL;
+	long status = 0;
+	CURLcode rc;
+
+	log_warn("event=dead_letter id=%" PRId64 " topic=%s key=%s destination=%s error=\"%s\"", id,
+			 topic ? topic : "", key ? key : "", destination ? destination : "",
+			 error ? error : "");
+	if (url == NULL)
+		return;
+	body = json_pack("{s:s, s:I, s:s?, s:s?, s:s?, s:s?}", "event", "dead_letter", "id",
+					 (json_int_t) id, "topic", topic, "idempotency_key", key, "destination",
+					 destination, "last_error", error);
+	text = json_dumps(body, JSON_COMPACT);
+	curl = curl_easy_init();
+	headers = curl_slist_append(headers, "Content-Type: application/json");
+	curl_easy_setopt(curl, CURLOPT_URL, url);
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, text);
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+	rc = curl_easy_perform(curl);
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+	if (rc != CURLE_OK || status < 200 || status > 299)
+	{
+		metric_add(st->alerts_failed, 1, NULL);
+		log_error("event=alert_failed id=%" PRId64 " url=%s error=\"%s\"", id, url,
+				  rc != CURLE_OK ? curl_easy_strerror(rc) : "non-2xx answer");
+	}
+	curl_slist_free_all(headers);
+	curl_easy_cleanup(curl);
+	free(text);
+	json_decref(body);
+}
+
+static bool
+ensure_db(dlq_state *st)
+{
+	if (st->db && PQstatus(st->db) == CONNECTION_OK)
+		return true;
+	if (st->db)
+		PQfinish(st->db);
+	st->db = PQconnectdb(st->opts->conninfo);
+	if (PQstatus(st->db) == CONNECTION_OK)
+		return true;
+	log_error("event=db_unreachable error=\"%s\" msg=\"not consuming until it is back\"",
+			  strtok(PQerrorMessage(st->db), "\n"));
+	PQfinish(st->db);
+	st->db = NULL;
+	return false;
+}
+
+/*
+ * Inserts one DLQ message. True when it is safely in the table (new or seen before),
+ * false when the database failed: then the offset must not be committed.
+ */
+static bool
+ingest(dlq_state *st, const rd_kafka_message_t *rkm)
+{
+	char partition[16], offset[32];
+	char *topic = header_value(rkm, "source-topic");
+	char *key = header_value(rkm, "idempotency-key");
+	char *destination = header_value(rkm, "destination");
+	char *outbox_id = header_value(rkm, "outbox-id");
+	char *content_type = header_value(rkm, "content-type");
+	char *attempt = header_value(rkm, "attempt");
+	char *error = header_value(rkm, "last-error");
+	const char *values[11];
+	int lengths[11] = {0};
+	int formats[11] = {0};
+	PGresult *res;
+	bool ok;
+
+	snprintf(partition, sizeof(partition), "%d", rkm->partition);
+	snprintf(offset, sizeof(offset), "%" PRId64, rkm->offset);
+	values[0] = rd_kafka_topic_name(rkm->rkt);
+	values[1] = partition;
+	values[2] = offset;
+	values[3] = topic;
+	values[4] = key;
+	values[5] = destination;
+	values[6] = outbox_id && strspn(outbox_id, "0123456789") == strlen(outbox_id) ? outbox_id : NULL;
+	values[7] = content_type;
+	values[8] = rkm->payload ? rkm->payload : "";
+	lengths[8] = (int) rkm->len;
+	formats[8] = 1; /* the payload goes in as raw bytes */
+	values[9] = attempt && strspn(attempt, "0123456789") == strlen(attempt) ? attempt : NULL;
+	values[10] = error;
+	if (topic == NULL || key == NULL)
+		log_warn("event=dlq_message_without_headers partition=%d offset=%" PRId64
+				 " msg=\"ingesting with what it has\"",
+				 rkm->partition, rkm->offset);
+
+	res = PQexecParams(st->db,
+					   "SELECT wal_delivery.ingest_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+					   "$10, $11)",
+					   11, NULL, values, lengths, formats, 0);
+	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (!ok)
+		log_error("event=ingest_failed partition=%d offset=%" PRId64 " error=\"%s\"", rkm->partition,
+				  rkm->offset, strtok(PQerrorMessage(st->db), "\n"));
+	else if (PQgetisnull(res, 0, 0))
+		metric_add(st->duplicates, 1, NULL);
+	else
+	{
+		metric_add(st->ingested, 1, NULL);
+		raise_alert(st, strtoll(PQgetvalue(res, 0, 0), NULL, 10), topic, key, destination, error);
+	}
+	PQclear(res);
+	free(topic);
+	free(key);
+	free(destination);
+	free(outbox_id);
+	free(content_type);
+	free(attempt);
+	free(error);
+	return ok;
+}
+
+static void
+on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+			 void *opaque)
+{
+	dlq_state *st = opaque;
+
+	st->assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+	rd_kafka_assign(rk, st->assigned ? parts : NULL);
+	log_info("event=%s partitions=%d", st->assigned ? "assigned" : "revoked", parts->cnt);
+}
+
+static bool
+dlq_ready(void *arg)
+{
+	return ((dlq_state *) arg)->assigned;
+}
+
+static char *
+dlq_config_json(void *arg)
+{
+	return config_watch_json_for_peers(((dlq_state *) arg)->watch);
+}
+
+int
+run_dlq(const worker_options *opts)
+{
+	dlq_state st = {.opts = opts};
+	kafka_default defaults[] = {
+		{"group.id", "wal_delivery.dlq"},
+		{"enable.auto.commit", "false"},
+		{"auto.offset.reset", "earliest"},
+		{"client.id", "wal-worker-dlq"},
+	};
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_conf_t *conf;
+	admin_server *admin = NULL;
+	char errbuf[512];
+
+	signal(SIGTERM, on_stop_signal);
+	signal(SIGINT, on_stop_signal);
+	signal(SIGPIPE, SIG_IGN);
+	st.ingested = metric_counter("wal_dead_letters_ingested_total",
+								 "DLQ messages written to wal_delivery.dead_letters (each alerted).",
+								 0, NULL);
+	st.duplicates = metric_counter("wal_dead_letters_redelivered_total",
+								   "DLQ messages consumed again and found already ingested.", 0, NULL);
+	st.alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
+									  "Alerts the alert webhook did not accept.", 0, NULL);
+
+	st.watch = config_watch_start(opts, &stop_requested);
+	if (st.watch == NULL)
+		return stop_requested ? 0 : 1;
+	if (opts->admin_port > 0)
+	{
+		admin_handlers handlers = {dlq_ready, dlq_config_json, &st};
+
+		admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
+		if (admin == NULL)
+		{
+			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+			return 1;
+		}
+	}
+	conf = kafka_conf_build(defaults, 4, config_watch_current(st.watch)->kafka_bootstrap_servers,
+							opts, errbuf, sizeof(errbuf));
+	if (conf == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return 1;
+	}
+	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+	rd_kafka_conf_set_opaque(conf, &st);
+	st.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
+	if (st.consumer == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return 1;
+	}
+	rd_kafka_poll_set_consumer(st.consumer);
+	topics = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(topics, config_watch_current(st.watch)->dlq_topic,
+									  RD_KAFKA_PARTITION_UA);
+	rd_kafka_subscribe(st.consumer, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	log_info("event=started topic=%s", config_watch_current(st.watch)->dlq_topic);
+
+	while (!stop_requested)
+	{
+		rd_kafka_message_t *rkm;
+
+		config_watch_poll(st.watch);
+		if (!ensure_db(&st))
+		{
+			sleep(1);
+			continue;
+		}
+		rkm = rd_kafka_consumer_poll(st.consumer, 500);
+		if (rkm == NULL)
+			continue;
+		if (rkm->err)
+		{
+			if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+		}
+		else if (ingest(&st, rkm))
+			rd_kafka_commit_message(st.consumer, rkm, 0);
+		else
+		{
+			/* Not in the table: read it again from the last commit once the db is back. */
+			rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(1);
+
+			rd_kafka_topic_partition_list_add(again, rd_kafka_topic_name(rkm->rkt), rkm->partition)
+				->offset = rkm->offset;
+			rd_kafka_seek_partitions(st.consumer, again, 5000);
+			rd_kafka_topic_partition_list_destroy(again);
+			sleep(1);
+		}
+		rd_kafka_message_destroy(rkm);
+	}
+
+	rd_kafka_consumer_close(st.consumer);
+	rd_kafka_destroy(st.consumer);
+	if (st.db)
+		PQfinish(st.db);
+	if (admin)
+		admin_server_stop(admin);
+	config_watch_stop(st.watch);
+	log_info("event=stopped");
+	return 0;
+}
