@@ -395,3 +395,29 @@ def test_a_missed_push_is_caught_up(tmp_path, workers, unique):
         d.wait_for(1, timeout=30)
     finally:
         d.stop()
+
+
+def test_without_a_push_the_poll_finds_the_change(tmp_path, workers, unique):
+    t1, t2 = f"c.poll1.{unique}", f"c.poll2.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, t1)
+            make_topic(conn, t2)
+            add_destination(conn, f"poll-{unique}", d.url, [t1])
+            wait_published(conn)
+        w = workers("--time-scale", "10")  # polls every 3 s
+        w.wait_ready()
+        with connect() as conn:
+            # Publish the change ourselves in its own transaction: the reconciler then has
+            # nothing to do, so no NOTIFY wal_delivery_published is ever sent.
+            with conn.transaction():
+                conn.execute("INSERT INTO wal_delivery.subscriptions VALUES (%s, %s)", (t2, f"poll-{unique}"))
+                conn.execute("UPDATE wal_delivery.config_version SET published_version = version")
+            changed_at = time.time()
+            conn.execute("SELECT wal_enqueue(%s, 'polled'::text, 'p1')", (t2,))
+        d.wait_for(1, timeout=30)
+        assert time.time() - changed_at < 15
+        assert "event=config_changed" in w.output()
+    finally:
+        d.stop()
