@@ -94,8 +94,8 @@ set_passthrough_properties(rd_kafka_conf_t *conf, const char *properties, char *
 }
 
 bool
-kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *properties,
-				 char *errbuf, size_t errbuf_size)
+kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *properties, char *errbuf,
+				 size_t errbuf_size)
 {
 	return set_property(conf, "bootstrap.servers", bootstrap, errbuf, errbuf_size) &&
 		   set_passthrough_properties(conf, properties, errbuf, errbuf_size);
@@ -136,12 +136,12 @@ bool
 kafka_producers_create(const char *bootstrap, const char *properties, int delivery_timeout_ms,
 					   char *errbuf, size_t errbuf_size)
 {
-	producer_all = create_producer(bootstrap, properties, delivery_timeout_ms, true, errbuf,
-								   errbuf_size);
+	producer_all =
+		create_producer(bootstrap, properties, delivery_timeout_ms, true, errbuf, errbuf_size);
 	if (producer_all == NULL)
 		return false;
-	producer_leader = create_producer(bootstrap, properties, delivery_timeout_ms, false, errbuf,
-									  errbuf_size);
+	producer_leader =
+		create_producer(bootstrap, properties, delivery_timeout_ms, false, errbuf, errbuf_size);
 	if (producer_leader == NULL)
 	{
 		rd_kafka_destroy(producer_all);
@@ -273,8 +273,10 @@ kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms)
 		if (deliveries_waiting > 0)
 		{
 			/* Reports could still write into this batch: start over as a new process. */
-			ereport(LOG, (errmsg("wal_delivery relay: %d deliveries got no report after a purge; restarting",
-								 deliveries_waiting)));
+			ereport(
+				LOG,
+				(errmsg("wal_delivery relay: %d deliveries got no report after a purge; restarting",
+						deliveries_waiting)));
 			proc_exit(1);
 		}
 	}

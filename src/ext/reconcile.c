@@ -127,8 +127,10 @@ read_desired_topics(int *count, int64 *version, bool *due)
 		bool isnull;
 		int64 published;
 
-		*version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		published = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		*version =
+			DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		published =
+			DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		*due = *version > published;
 
 		if (SPI_execute("SELECT topic, role, partitions, replication_factor, min_insync_replicas,"
@@ -226,8 +228,9 @@ admin_request_failed(rd_kafka_event_t *event, DesiredTopic **topics, int n, cons
 		return false;
 	for (int i = 0; i < n; i++)
 		if (topics[i]->ready)
-			fail_topic(topics[i], event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT,
-					   what, event ? rd_kafka_event_error_string(event) : NULL);
+			fail_topic(topics[i],
+					   event ? rd_kafka_event_error(event) : RD_KAFKA_RESP_ERR__TIMED_OUT, what,
+					   event ? rd_kafka_event_error_string(event) : NULL);
 	return true;
 }
 
@@ -256,9 +259,9 @@ create_topics(DesiredTopic **missing, int n)
 	for (int i = 0; i < n; i++)
 	{
 		char value[32];
-		rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(missing[i]->name, missing[i]->partitions,
-														missing[i]->replication_factor, errstr,
-														sizeof(errstr));
+		rd_kafka_NewTopic_t *nt =
+			rd_kafka_NewTopic_new(missing[i]->name, missing[i]->partitions,
+								  missing[i]->replication_factor, errstr, sizeof(errstr));
 
 		if (nt == NULL)
 		{
@@ -279,8 +282,8 @@ create_topics(DesiredTopic **missing, int n)
 		if (!admin_request_failed(event, missing, n, "cannot create topic"))
 		{
 			size_t cnt;
-			const rd_kafka_topic_result_t **results =
-				rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(event), &cnt);
+			const rd_kafka_topic_result_t **results = rd_kafka_CreateTopics_result_topics(
+				rd_kafka_event_CreateTopics_result(event), &cnt);
 
 			for (size_t r = 0; r < cnt; r++)
 			{
@@ -362,8 +365,8 @@ alter_topic_configs(DesiredTopic **topics, int n)
 	if (!admin_request_failed(event, topics, n, "cannot set topic config"))
 	{
 		size_t cnt;
-		const rd_kafka_ConfigResource_t **results = rd_kafka_AlterConfigs_result_resources(
-			rd_kafka_event_AlterConfigs_result(event), &cnt);
+		const rd_kafka_ConfigResource_t **results =
+			rd_kafka_AlterConfigs_result_resources(rd_kafka_event_AlterConfigs_result(event), &cnt);
 
 		for (size_t r = 0; r < cnt; r++)
 			admin_topic_result(topics, n, rd_kafka_ConfigResource_name(results[r]),
@@ -487,7 +490,8 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 	{
 		bool isnull;
 
-		published = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		published =
+			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	SPI_finish();
 	PopActiveSnapshot();
@@ -511,8 +515,8 @@ wal_delivery_reconcile_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
 	round_ctx = AllocSetContextCreate(TopMemoryContext, "wal_delivery reconcile round",
 									  ALLOCSET_DEFAULT_SIZES);
-	ereport(LOG, (errmsg("wal_delivery reconciler started on database \"%s\"",
-						 wal_delivery_database)));
+	ereport(LOG,
+			(errmsg("wal_delivery reconciler started on database \"%s\"", wal_delivery_database)));
 
 	while (!ShutdownRequestPending)
 	{
@@ -561,8 +565,11 @@ wal_delivery_reconcile_main(Datum main_arg)
 			else
 			{
 				if (published && version != last_matched_version)
-					ereport(LOG, (errmsg("wal_delivery reconciler: Kafka matches config version "
-										 INT64_FORMAT, version)));
+					ereport(
+						LOG,
+						(errmsg(
+							"wal_delivery reconciler: Kafka matches config version " INT64_FORMAT,
+							version)));
 				last_matched_version = version;
 				failures = 0;
 				next_full_check =

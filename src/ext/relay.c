@@ -96,14 +96,13 @@ define_relay_settings(void)
 							"(librdkafka message.timeout.ms).",
 							NULL, &relay_delivery_timeout_ms, 30000, 1000, 3600000, PGC_SIGHUP,
 							GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomIntVariable("wal_delivery.relay_max_backoff",
-							"Longest wait between passes while Kafka fails.", NULL,
-							&relay_max_backoff_ms, 60000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+	DefineCustomIntVariable(
+		"wal_delivery.relay_max_backoff", "Longest wait between passes while Kafka fails.", NULL,
+		&relay_max_backoff_ms, 60000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("wal_delivery.relay_shutdown_flush",
 							"How long a stopping relay waits for outstanding acknowledgements.",
-							NULL, &relay_shutdown_flush_ms, 5000, 0, 60000, PGC_SIGHUP,
-							GUC_UNIT_MS, NULL, NULL, NULL);
+							NULL, &relay_shutdown_flush_ms, 5000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("wal_delivery.maintenance_interval",
 							"How often relay 0 expires processing leases and purges finished rows.",
 							NULL, &maintenance_interval_ms, 10000, 100, 3600000, PGC_SIGHUP,
@@ -143,8 +142,8 @@ int8_array(int64 *values, int n)
 
 	for (int i = 0; i < n; i++)
 		elems[i] = Int64GetDatum(values[i]);
-	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
-										   TYPALIGN_DOUBLE));
+	return PointerGetDatum(
+		construct_array(elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 static void
@@ -186,9 +185,9 @@ static const char claim_sql[] =
 typedef enum
 {
 	ROW_PRODUCED,
-	ROW_TOPIC_DELETED,		/* no longer in wal_delivery.topics: dead */
-	ROW_TOPIC_UNCREATABLE,	/* the reconciler cannot create it in Kafka: dead */
-	ROW_TOPIC_NOT_READY		/* the reconciler has not created it yet: try again soon */
+	ROW_TOPIC_DELETED,     /* no longer in wal_delivery.topics: dead */
+	ROW_TOPIC_UNCREATABLE, /* the reconciler cannot create it in Kafka: dead */
+	ROW_TOPIC_NOT_READY    /* the reconciler has not created it yet: try again soon */
 } RowFate;
 
 /* Produces every claimed row and sorts the outcomes; runs inside the pass transaction. */
@@ -237,7 +236,7 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 		{
 			/* Produce only to topics the reconciler made, never auto-created ones. */
 			fate[i] = DatumGetBool(SPI_getbinval(tup, desc, 11, &isnull)) ? ROW_TOPIC_UNCREATABLE
-																		 : ROW_TOPIC_NOT_READY;
+																		  : ROW_TOPIC_NOT_READY;
 			continue;
 		}
 		err = kafka_produce(&rec, &deliveries[i]);
@@ -297,11 +296,12 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	if (n_not_ready > 0)
 	{
 		Oid types[2] = {INT8ARRAYOID, TEXTOID};
-		Datum values[2] = {int8_array(not_ready, n_not_ready),
-						   CStringGetTextDatum("waiting for the reconciler to create the Kafka topic")};
+		Datum values[2] = {
+			int8_array(not_ready, n_not_ready),
+			CStringGetTextDatum("waiting for the reconciler to create the Kafka topic")};
 
-		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, interval '1 second')", 2, types,
-						 values);
+		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, interval '1 second')", 2,
+						 types, values);
 	}
 	if (result->stored > 0)
 	{
@@ -316,8 +316,9 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 		Datum values[3] = {int8_array(deferred, result->deferred),
 						   CStringGetTextDatum(defer_reason), Int32GetDatum(backoff_ms)};
 
-		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, make_interval(secs => $3 / 1000.0))",
-						 3, types, values);
+		spi_exec_or_fail(
+			"SELECT wal_delivery.defer_shipping($1, $2, make_interval(secs => $3 / 1000.0))", 3,
+			types, values);
 	}
 }
 
@@ -452,17 +453,20 @@ wal_delivery_relay_main(Datum main_arg)
 				if (kafka_producers_failed(fatal, sizeof(fatal)))
 				{
 					/* Unmarked rows are sent again by the new producers (at least once). */
-					ereport(LOG, (errmsg("wal_delivery relay: librdkafka fatal error, creating new producers"),
-								  errdetail_internal("%s", fatal)));
+					ereport(
+						LOG,
+						(errmsg(
+							 "wal_delivery relay: librdkafka fatal error, creating new producers"),
+						 errdetail_internal("%s", fatal)));
 					kafka_producers_destroy(0);
 				}
 				if (pass.extension_missing)
 					enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
 				else if (pass.deferred > 0 && pass.stored == 0)
 				{
-					enter_state(RELAY_KAFKA_DOWN,
-								psprintf("%d records deferred; they wait in the outbox.",
-										 pass.deferred));
+					enter_state(
+						RELAY_KAFKA_DOWN,
+						psprintf("%d records deferred; they wait in the outbox.", pass.deferred));
 					backoff_ms = backoff_ms ? Min(backoff_ms * 2, relay_max_backoff_ms) : 1000;
 					wait_ms = backoff_ms;
 				}

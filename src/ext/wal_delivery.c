@@ -69,10 +69,9 @@ _PG_init(void)
 
 	if (!process_shared_preload_libraries_in_progress)
 	{
-		ereport(LOG,
-				(errmsg("wal_delivery is loaded without shared_preload_libraries"),
-				 errhint("Add wal_delivery to shared_preload_libraries and restart "
-						 "the server so its background workers start.")));
+		ereport(LOG, (errmsg("wal_delivery is loaded without shared_preload_libraries"),
+					  errhint("Add wal_delivery to shared_preload_libraries and restart "
+							  "the server so its background workers start.")));
 		return;
 	}
 

@@ -34,10 +34,10 @@
 #include "common/webhook.h"
 #include "roles.h"
 
-#define MAX_OPEN_RECORDS 2000	 /* pause fetching above this many open records */
-#define COMMIT_INTERVAL_MS 1000
+#define MAX_OPEN_RECORDS    2000 /* pause fetching above this many open records */
+#define COMMIT_INTERVAL_MS  1000
 #define SHUTDOWN_TIMEOUT_MS 15000
-#define DEDUPE_MAX_ENTRIES 200000
+#define DEDUPE_MAX_ENTRIES  200000
 
 typedef struct record_copy
 {
@@ -246,11 +246,9 @@ on_http_done(void *opaque, const http_result *result)
 		return;
 	}
 	snprintf(error, sizeof(error), "%s", result->error);
-	hand_off(st, copy,
-			 outcome == DELIVERY_TRANSIENT ? HANDOFF_RETRY_STEP_1 : HANDOFF_DLQ, error,
-			 outcome == DELIVERY_TRANSIENT
-				 ? parse_retry_after(result->retry_after, time(NULL))
-				 : -1);
+	hand_off(st, copy, outcome == DELIVERY_TRANSIENT ? HANDOFF_RETRY_STEP_1 : HANDOFF_DLQ, error,
+			 outcome == DELIVERY_TRANSIENT ? parse_retry_after(result->retry_after, time(NULL))
+										   : -1);
 }
 
 static struct curl_slist *
@@ -440,8 +438,9 @@ update_lag(consumer_state *st)
 		char partition[16];
 		const char *labels[] = {tp->topic, partition};
 
-		if (tp->offset < 0 || rd_kafka_get_watermark_offsets(st->consumer, tp->topic, tp->partition,
-															  &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (tp->offset < 0 ||
+			rd_kafka_get_watermark_offsets(st->consumer, tp->topic, tp->partition, &low, &high) !=
+				RD_KAFKA_RESP_ERR_NO_ERROR)
 			continue;
 		snprintf(partition, sizeof(partition), "%d", tp->partition);
 		metric_set(st->lag, (double) (high > tp->offset ? high - tp->offset : 0), labels);
@@ -516,11 +515,11 @@ register_metrics(consumer_state *st)
 	static const char *const dest[] = {"destination"};
 	static const char *const dest_class[] = {"destination", "to"};
 
-	st->delivered = metric_counter("wal_delivered_total",
-								   "Copies delivered with a 2xx answer.", 1, dest);
-	st->failures = metric_counter("wal_handed_off_total",
-								  "Copies handed to a retry step or the DLQ after a failed attempt.",
-								  2, dest_class);
+	st->delivered =
+		metric_counter("wal_delivered_total", "Copies delivered with a 2xx answer.", 1, dest);
+	st->failures = metric_counter(
+		"wal_handed_off_total", "Copies handed to a retry step or the DLQ after a failed attempt.",
+		2, dest_class);
 	st->in_flight = metric_gauge("wal_in_flight", "HTTP requests in flight.", 1, dest);
 	st->open_records = metric_gauge("wal_open_records",
 									"Consumed records not yet delivered or handed off.", 0, NULL);
@@ -588,7 +587,7 @@ run_consume(const worker_options *opts)
 	}
 	st.consumer = create_consumer(&st, errbuf, sizeof(errbuf));
 	st.handoff = st.consumer ? handoff_producer_new(opts, config_watch_current(st.watch),
-												   on_handed_off, &st, errbuf, sizeof(errbuf))
+													on_handed_off, &st, errbuf, sizeof(errbuf))
 							 : NULL;
 	if (st.consumer == NULL || st.handoff == NULL)
 	{
@@ -596,7 +595,8 @@ run_consume(const worker_options *opts)
 		return 1;
 	}
 	st.http = http_engine_new(256);
-	st.dedupe = dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
+	st.dedupe =
+		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
 	st.tracker = tracker_new();
 	follow_subscriptions(&st);
 	log_info("event=started mode=%s config_version=%" PRId64,
@@ -616,7 +616,8 @@ run_consume(const worker_options *opts)
 			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
 			pause_or_resume(&st, true);
 		}
-		if (shutdown_deadline && (tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
+		if (shutdown_deadline &&
+			(tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
 			break;
 
 		rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);

@@ -149,7 +149,8 @@ ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 	values[3] = topic;
 	values[4] = key;
 	values[5] = destination;
-	values[6] = outbox_id && strspn(outbox_id, "0123456789") == strlen(outbox_id) ? outbox_id : NULL;
+	values[6] =
+		outbox_id && strspn(outbox_id, "0123456789") == strlen(outbox_id) ? outbox_id : NULL;
 	values[7] = content_type;
 	values[8] = rkm->payload ? rkm->payload : "";
 	lengths[8] = (int) rkm->len;
@@ -167,8 +168,8 @@ ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 					   11, NULL, values, lengths, formats, 0);
 	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (!ok)
-		log_error("event=ingest_failed partition=%d offset=%" PRId64 " error=\"%s\"", rkm->partition,
-				  rkm->offset, strtok(PQerrorMessage(st->db), "\n"));
+		log_error("event=ingest_failed partition=%d offset=%" PRId64 " error=\"%s\"",
+				  rkm->partition, rkm->offset, strtok(PQerrorMessage(st->db), "\n"));
 	else if (PQgetisnull(res, 0, 0))
 		metric_add(st->duplicates, 1, NULL);
 	else
@@ -228,11 +229,12 @@ run_dlq(const worker_options *opts)
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGINT, on_stop_signal);
 	signal(SIGPIPE, SIG_IGN);
-	st.ingested = metric_counter("wal_dead_letters_ingested_total",
-								 "DLQ messages written to wal_delivery.dead_letters (each alerted).",
-								 0, NULL);
-	st.duplicates = metric_counter("wal_dead_letters_redelivered_total",
-								   "DLQ messages consumed again and found already ingested.", 0, NULL);
+	st.ingested = metric_counter(
+		"wal_dead_letters_ingested_total",
+		"DLQ messages written to wal_delivery.dead_letters (each alerted).", 0, NULL);
+	st.duplicates =
+		metric_counter("wal_dead_letters_redelivered_total",
+					   "DLQ messages consumed again and found already ingested.", 0, NULL);
 	st.alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
 									  "Alerts the alert webhook did not accept.", 0, NULL);
 

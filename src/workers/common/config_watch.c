@@ -15,14 +15,14 @@
 #include "clock.h"
 #include "log.h"
 
-#define POLL_INTERVAL_MS 30000
+#define POLL_INTERVAL_MS      30000
 #define RECONNECT_INTERVAL_MS 5000
-#define START_RETRY_MS 2000
+#define START_RETRY_MS        2000
 
 struct config_watch
 {
 	const worker_options *opts;
-	long poll_interval_ms;		 /* POLL_INTERVAL_MS shortened by --time-scale */
+	long poll_interval_ms;       /* POLL_INTERVAL_MS shortened by --time-scale */
 	int64_t waiting_for_version; /* unpublished version already logged */
 	PGconn *conn;
 	control_plane_config *current;

@@ -53,12 +53,13 @@ parse_destination(json_t *obj, destination_config *d, char *errbuf, size_t errbu
 	d->max_in_flight = (int) json_integer_value(json_object_get(obj, "max_in_flight"));
 	d->dedicated = json_is_true(json_object_get(obj, "dedicated"));
 	d->verify_tls = !json_is_false(json_object_get(obj, "verify_tls"));
-	d->transient_statuses = string_array(json_object_get(obj, "transient_statuses"),
-										 &d->n_transient_statuses);
+	d->transient_statuses =
+		string_array(json_object_get(obj, "transient_statuses"), &d->n_transient_statuses);
 	for (int i = 0; i < RETRY_STEPS; i++)
 		d->retry_delays_ms[i] = (long) json_integer_value(json_array_get(delays, i));
 	d->retry_jitter = json_number_value(json_object_get(obj, "retry_jitter"));
-	d->pause_after_failures = (int) json_integer_value(json_object_get(obj, "pause_after_failures"));
+	d->pause_after_failures =
+		(int) json_integer_value(json_object_get(obj, "pause_after_failures"));
 	d->probe_interval_ms = (long) json_integer_value(json_object_get(obj, "probe_interval_ms"));
 	d->retry_partition = (int) json_integer_value(json_object_get(obj, "retry_partition"));
 	d->signing_secret = dup_or_null(json_string_value(json_object_get(obj, "signing_secret")));
@@ -105,7 +106,8 @@ config_from_json(const char *json, char *errbuf, size_t errbuf_size)
 	config->retry_topic_prefix =
 		dup_or_null(json_string_value(json_object_get(settings, "retry_topic_prefix")));
 	config->dlq_topic = dup_or_null(json_string_value(json_object_get(settings, "dlq_topic")));
-	config->dlq_alert_url = dup_or_null(json_string_value(json_object_get(settings, "dlq_alert_url")));
+	config->dlq_alert_url =
+		dup_or_null(json_string_value(json_object_get(settings, "dlq_alert_url")));
 	config->consumer_dedupe_ttl_ms =
 		(long) json_integer_value(json_object_get(settings, "consumer_dedupe_ttl_ms"));
 	config->destinations = calloc(json_array_size(destinations) + 1, sizeof(destination_config));

@@ -34,9 +34,9 @@ typedef struct destination_config
 	int pause_after_failures;
 	long probe_interval_ms;
 	int retry_partition;
-	char *signing_secret; /* NULL when the destination signs nothing */
+	char *signing_secret;    /* NULL when the destination signs nothing */
 	bool secret_unavailable; /* config came from a peer, which never shares secrets */
-	char **topics;		  /* the topics it subscribes to */
+	char **topics;           /* the topics it subscribes to */
 	int n_topics;
 } destination_config;
 

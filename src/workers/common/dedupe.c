@@ -23,7 +23,7 @@ struct dedupe_set
 	size_t n_buckets;
 	dedupe_entry **buckets;
 	dedupe_entry **ring; /* insertion order */
-	size_t ring_head;	 /* oldest */
+	size_t ring_head;    /* oldest */
 	size_t count;
 };
 

@@ -189,8 +189,8 @@ handoff_producer_new(const worker_options *opts, const control_plane_config *con
 		{"client.id", "wal-worker-handoff"},
 		{"linger.ms", "5"},
 	};
-	rd_kafka_conf_t *conf = kafka_conf_build(defaults, 4, config->kafka_bootstrap_servers, opts,
-											 errbuf, errbuf_size);
+	rd_kafka_conf_t *conf =
+		kafka_conf_build(defaults, 4, config->kafka_bootstrap_servers, opts, errbuf, errbuf_size);
 	handoff_producer *p;
 
 	if (conf == NULL)

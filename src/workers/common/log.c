@@ -40,8 +40,8 @@ log_vwrite(log_level level, const char *file, int line, const char *fmt, va_list
 	char message[4096];
 	vsnprintf(message, sizeof(message), fmt, ap);
 	if (level >= LOG_WARN)
-		fprintf(stderr, "%s.%03ldZ level=%s role=%s at=%s:%d %s\n", stamp,
-				now.tv_nsec / 1000000, level_names[level], log_role, file, line, message);
+		fprintf(stderr, "%s.%03ldZ level=%s role=%s at=%s:%d %s\n", stamp, now.tv_nsec / 1000000,
+				level_names[level], log_role, file, line, message);
 	else
 		fprintf(stderr, "%s.%03ldZ level=%s role=%s %s\n", stamp, now.tv_nsec / 1000000,
 				level_names[level], log_role, message);

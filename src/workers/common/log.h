@@ -27,6 +27,6 @@ noreturn void log_fatal(const char *file, int line, const char *fmt, ...)
 #define log_warn(...)  log_event(LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
 #define log_error(...) log_event(LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 /* For states the worker cannot go on from: logs where, then exits 1. */
-#define fatal(...)     log_fatal(__FILE__, __LINE__, __VA_ARGS__)
+#define fatal(...) log_fatal(__FILE__, __LINE__, __VA_ARGS__)
 
 #endif

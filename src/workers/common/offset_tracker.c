@@ -22,12 +22,12 @@ struct partition_state
 {
 	char *topic;
 	int32_t partition;
-	bool forgotten;		 /* revoked: its records no longer count */
-	int records;		 /* tracked_record structs still allocated */
+	bool forgotten;       /* revoked: its records no longer count */
+	int records;          /* tracked_record structs still allocated */
 	tracked_record *head; /* oldest still queued */
 	tracked_record *tail;
 	int64_t committable; /* next offset to consume; -1 until known */
-	int64_t committed;	 /* last value handed out */
+	int64_t committed;   /* last value handed out */
 	partition_state *next;
 };
 
@@ -171,8 +171,8 @@ tracker_forget(offset_tracker *t, const rd_kafka_topic_partition_list_t *partiti
 {
 	for (int i = 0; i < partitions->cnt; i++)
 	{
-		partition_state *p = find_partition(t, partitions->elems[i].topic,
-											partitions->elems[i].partition, false);
+		partition_state *p =
+			find_partition(t, partitions->elems[i].topic, partitions->elems[i].partition, false);
 		tracked_record *r;
 		tracked_record *next;
 

@@ -130,7 +130,8 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				if (eq == NULL || eq == optarg)
 					return usage_error(role, "-X needs NAME=VALUE, got '%s'", optarg);
 				if (opts->n_kafka_props == MAX_KAFKA_PROPS)
-					return usage_error(role, "too many -X properties (at most 64), at '%s'", optarg);
+					return usage_error(role, "too many -X properties (at most 64), at '%s'",
+									   optarg);
 				*eq = '\0';
 				opts->kafka_props[opts->n_kafka_props].name = optarg;
 				opts->kafka_props[opts->n_kafka_props].value = eq + 1;
@@ -152,7 +153,8 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				errno = 0;
 				opts->time_scale = strtod(optarg, &end);
 				if (errno != 0 || *end != '\0' || !(opts->time_scale >= 1.0))
-					return usage_error(role, "--time-scale must be a number >= 1, got '%s'", optarg);
+					return usage_error(role, "--time-scale must be a number >= 1, got '%s'",
+									   optarg);
 				break;
 			case OPT_DESTINATION:
 				if (strcmp(role, "consume") != 0)

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #define MAX_KAFKA_PROPS 64
-#define MAX_PEERS 16
+#define MAX_PEERS       16
 
 typedef struct
 {
@@ -20,11 +20,11 @@ typedef struct
 
 typedef struct
 {
-	const char *role;		 /* consume, retry, dlq, process */
-	const char *conninfo;	 /* libpq conninfo; "" means the PG* environment */
+	const char *role;        /* consume, retry, dlq, process */
+	const char *conninfo;    /* libpq conninfo; "" means the PG* environment */
 	const char *destination; /* consume --destination NAME: a dedicated consumer */
-	int admin_port;			 /* 0: no admin HTTP server */
-	double time_scale;		 /* every delay is divided by this */
+	int admin_port;          /* 0: no admin HTTP server */
+	double time_scale;       /* every delay is divided by this */
 	bool verbose;
 	int n_peers;
 	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
