@@ -4,7 +4,7 @@
 #ifndef WAL_DELIVERY_H
 #define WAL_DELIVERY_H
 
-#define WAL_DELIVERY_VERSION "0.5"
+#define WAL_DELIVERY_VERSION "0.6"
 
 extern bool wal_delivery_force_delete;
 
