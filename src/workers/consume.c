@@ -489,6 +489,9 @@ create_consumer(consumer_state *st, char *errbuf, size_t errbuf_size)
 		{"enable.auto.offset.store", "false"},
 		{"auto.offset.reset", "earliest"},
 		{"client.id", "wal-worker-consume"},
+		/* The worker keeps at most MAX_OPEN_RECORDS open; librdkafka's default 64 MB
+		 * prefetch was most of its memory (bench/deliver). */
+		{"queued.max.messages.kbytes", "16384"},
 	};
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
@@ -497,8 +500,9 @@ create_consumer(consumer_state *st, char *errbuf, size_t errbuf_size)
 		snprintf(group, sizeof(group), "wal_delivery.dedicated.%s", st->opts->destination);
 	else
 		snprintf(group, sizeof(group), "wal_delivery.shared");
-	conf = kafka_conf_build(defaults, 5, config_watch_current(st->watch)->kafka_bootstrap_servers,
-							st->opts, errbuf, errbuf_size);
+	conf = kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
+							config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts,
+							errbuf, errbuf_size);
 	if (conf == NULL)
 		return NULL;
 	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);

@@ -27,14 +27,27 @@ struct dedupe_set
 	size_t count;
 };
 
+/* FNV-1a over "key\x1fdestination", computed without building that string. */
 static uint64_t
-hash_pair(const char *s)
+hash_pair(const char *key, const char *destination)
 {
-	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+	uint64_t h = 1469598103934665603ULL;
 
-	for (; *s; s++)
+	for (const char *s = key; *s; s++)
+		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
+	h = (h ^ 0x1f) * 1099511628211ULL;
+	for (const char *s = destination; *s; s++)
 		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
 	return h;
+}
+
+static bool
+pair_equals(const char *pair, const char *key, const char *destination)
+{
+	size_t kl = strlen(key);
+
+	return strncmp(pair, key, kl) == 0 && pair[kl] == '\x1f' &&
+		   strcmp(pair + kl + 1, destination) == 0;
 }
 
 static char *
@@ -98,22 +111,17 @@ evict_expired(dedupe_set *set, int64_t now_ms)
 		evict_oldest(set);
 }
 
+/* The hot path: no allocation, one hash, one bucket walk. */
 bool
 dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
 {
-	char *pair = make_pair(key, destination);
-	uint64_t h = hash_pair(pair);
-	bool found = false;
+	uint64_t h = hash_pair(key, destination);
 
 	evict_expired(set, now_ms);
 	for (dedupe_entry *e = set->buckets[h % set->n_buckets]; e; e = e->next_in_bucket)
-		if (e->hash == h && strcmp(e->pair, pair) == 0)
-		{
-			found = true;
-			break;
-		}
-	free(pair);
-	return found;
+		if (e->hash == h && pair_equals(e->pair, key, destination))
+			return true;
+	return false;
 }
 
 void
@@ -128,7 +136,7 @@ dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64
 		evict_oldest(set);
 	e = calloc(1, sizeof(*e));
 	e->pair = make_pair(key, destination);
-	e->hash = hash_pair(e->pair);
+	e->hash = hash_pair(key, destination);
 	e->expires_ms = now_ms + set->ttl_ms;
 	e->next_in_bucket = set->buckets[e->hash % set->n_buckets];
 	set->buckets[e->hash % set->n_buckets] = e;
