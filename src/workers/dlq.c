@@ -21,6 +21,7 @@
 
 #include "common/admin_server.h"
 #include "common/config_watch.h"
+#include "common/handoff.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -45,20 +46,6 @@ on_stop_signal(int signo)
 {
 	(void) signo;
 	stop_requested = 1;
-}
-
-static char *
-header_value(const rd_kafka_message_t *rkm, const char *name)
-{
-	rd_kafka_headers_t *hdrs = NULL;
-	const void *value;
-	size_t size;
-
-	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-		rd_kafka_header_get_last(hdrs, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-		value == NULL)
-		return NULL;
-	return strndup(value, size);
 }
 
 /* POSTs the alert for one new dead letter; failures are logged and counted, not retried. */
@@ -128,13 +115,13 @@ static bool
 ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 {
 	char partition[16], offset[32];
-	char *topic = header_value(rkm, "source-topic");
-	char *key = header_value(rkm, "idempotency-key");
-	char *destination = header_value(rkm, "destination");
-	char *outbox_id = header_value(rkm, "outbox-id");
-	char *content_type = header_value(rkm, "content-type");
-	char *attempt = header_value(rkm, "attempt");
-	char *error = header_value(rkm, "last-error");
+	char *topic = kafka_header_value(rkm, "source-topic");
+	char *key = kafka_header_value(rkm, "idempotency-key");
+	char *destination = kafka_header_value(rkm, "destination");
+	char *outbox_id = kafka_header_value(rkm, "outbox-id");
+	char *content_type = kafka_header_value(rkm, "content-type");
+	char *attempt = kafka_header_value(rkm, "attempt");
+	char *error = kafka_header_value(rkm, "last-error");
 	const char *values[11];
 	int lengths[11] = {0};
 	int formats[11] = {0};

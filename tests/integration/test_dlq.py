@@ -82,7 +82,7 @@ def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_pat
             wait_published(conn)
         p = Producer({"bootstrap.servers": kafka_bootstrap})
         p.produce("wal_delivery.dlq", f"no headers {unique}".encode())
-        p.produce("wal_delivery.dlq", b"with some", headers={"destination": f"odd-{unique}",
+        p.produce("wal_delivery.dlq", f"with some {unique}".encode(), headers={"destination": f"odd-{unique}",
                                                             "attempt": "not a number"})
         p.flush(10)
         dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
@@ -90,7 +90,7 @@ def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_pat
             with connect() as conn:
                 wait_until(lambda: conn.execute(
                     "SELECT count(*) FROM wal_delivery.dead_letters WHERE convert_from(payload, 'UTF8')"
-                    " IN (%s, 'with some')", (f"no headers {unique}",)).fetchone()[0] >= 2, 60,
+                    " IN (%s, %s)", (f"no headers {unique}", f"with some {unique}")).fetchone()[0] == 2, 60,
                     what="both bad messages ingested")
                 row = conn.execute("SELECT topic, idempotency_key, last_error, attempts FROM"
                                    " wal_delivery.dead_letters WHERE destination = %s",

@@ -40,8 +40,8 @@ struct handoff_producer
 	pending_write *to_resend;
 };
 
-static char *
-header_string(const rd_kafka_message_t *rkm, const char *name)
+char *
+kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
 {
 	rd_kafka_headers_t *hdrs = NULL;
 	const void *value;
@@ -61,7 +61,7 @@ handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm)
 	m->source_topic = strdup(rd_kafka_topic_name(rkm->rkt));
 	m->source_partition = rkm->partition;
 	m->source_offset = rkm->offset;
-	m->idempotency_key = header_string(rkm, "idempotency-key");
+	m->idempotency_key = kafka_header_value(rkm, "idempotency-key");
 	if (m->idempotency_key == NULL)
 	{
 		/* Not written by the relay: the record's place in Kafka is its identity. */
@@ -71,9 +71,9 @@ handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm)
 				 rkm->offset);
 		m->idempotency_key = strdup(fallback);
 	}
-	m->content_type = header_string(rkm, "content-type");
-	m->outbox_id = header_string(rkm, "outbox-id");
-	m->created_at = header_string(rkm, "created-at");
+	m->content_type = kafka_header_value(rkm, "content-type");
+	m->outbox_id = kafka_header_value(rkm, "outbox-id");
+	m->created_at = kafka_header_value(rkm, "created-at");
 	m->payload = malloc(rkm->len + 1);
 	memcpy(m->payload, rkm->payload ? rkm->payload : "", rkm->len);
 	m->payload[rkm->len] = '\0';

@@ -44,6 +44,9 @@ typedef struct handoff_message
 	void *owner; /* the caller's, untouched here */
 } handoff_message;
 
+/* The last value of a message header as a malloc'd string, NULL when it has none. */
+char *kafka_header_value(const rd_kafka_message_t *rkm, const char *name);
+
 void handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm);
 void handoff_message_copy(handoff_message *dst, const handoff_message *src);
 void handoff_message_clear(handoff_message *m);
