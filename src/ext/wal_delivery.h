@@ -4,7 +4,7 @@
 #ifndef WAL_DELIVERY_H
 #define WAL_DELIVERY_H
 
-#define WAL_DELIVERY_VERSION "0.6"
+#define WAL_DELIVERY_VERSION "0.9"
 
 extern bool wal_delivery_force_delete;
 
