@@ -1,2 +1,222 @@
 -- wal_delivery 0.7 -> 0.8: processing topics run by `wal-worker process`.
+--
+-- The worker claims rows with wal_delivery.claim_for_processor (a lease and a fencing
+-- token per row, plus the topic's processor), runs each topic's processor and hands the
+-- outcome back: SQL processors run here, in run_sql_processor; the results of HTTP
+-- processors come back through finish_processing. Both go through the same checks, so a
+-- result is written only by the row's current holder, within its lease.
+--
+-- Words used below:
+--   outcome   what became of one claimed row: processed, failed (back to pending after
+--             a backoff), dead (in dead_letters after the last attempt) or refused (the
+--             lease was lost or ran out before the result came: nothing was written)
 \echo Use "ALTER EXTENSION wal_delivery UPDATE TO '0.8'" to load this file. \quit
+
+-- How long the worker waits for an HTTP processor's answer. Kept apart from the lease:
+-- the lease fences writers, this bounds one attempt.
+ALTER TABLE wal_delivery.topics ADD COLUMN processing_timeout interval NOT NULL DEFAULT '10 seconds';
+
+CREATE FUNCTION wal_delivery.check_topic_processing_timeout() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.processing_timeout IS NULL OR NEW.processing_timeout NOT BETWEEN interval '1 millisecond' AND interval '1 hour' THEN
+        PERFORM wal_delivery.refuse_setting(format('processing_timeout of topic "%s" must be between 1 millisecond and 1 hour', NEW.name),
+            NEW.processing_timeout::text, 'The default is 10 seconds; keep it shorter than processing_lease so a slow answer fails the attempt instead of arriving after the lease.');
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER check_topic_processing_timeout BEFORE INSERT OR UPDATE ON wal_delivery.topics
+    FOR EACH ROW EXECUTE FUNCTION wal_delivery.check_topic_processing_timeout();
+
+-- Rows ready to process, each with its lease and its topic's processor. lease_ms_left is
+-- measured by the database's clock, so the worker need not trust its own against it.
+CREATE FUNCTION wal_delivery.claim_for_processor(p_max_rows integer DEFAULT 100)
+RETURNS TABLE (id bigint, topic text, idempotency_key text, content_type text, payload bytea,
+               attempts smallint, lease_token bigint, lease_ms_left bigint,
+               processor_kind text, processor text, processing_timeout_ms bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_max_rows IS NULL OR p_max_rows < 1 THEN
+        RAISE EXCEPTION 'max_rows must be at least 1, got %', coalesce(p_max_rows::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    SELECT c.id, c.topic, c.idempotency_key, c.content_type, c.payload, c.attempts, c.lease_token,
+           greatest(0, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000))::bigint,
+           t.processor_kind, t.processor,
+           (extract(epoch FROM t.processing_timeout) * 1000)::bigint
+      FROM wal_delivery.claim_ready_to_process(p_max_rows) c
+      JOIN wal_delivery.topics t ON t.name = c.topic;
+END $$;
+
+-- Locks a row its holder is about to finish and returns what finishing needs; raises
+-- refuse_processing_transition's error when p_lease_token no longer holds it or the lease
+-- ran out by the clock (not by the transaction's start, which may be long past).
+CREATE FUNCTION wal_delivery.hold_processing_row(p_id bigint, p_lease_token bigint,
+    OUT payload bytea, OUT content_type text, OUT processor_kind text, OUT processor text,
+    OUT lease_until timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    SELECT o.payload, o.content_type, t.processor_kind, t.processor, o.lease_until
+      INTO payload, content_type, processor_kind, processor, lease_until
+      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+     WHERE o.id = p_id AND o.state = 'processing' AND o.lease_token = p_lease_token
+       AND o.lease_until > clock_timestamp()
+       FOR UPDATE OF o;
+    IF NOT FOUND THEN
+        PERFORM wal_delivery.refuse_processing_transition(p_id, p_lease_token);
+        -- The row is held but its lease ran out between the two reads.
+        RAISE EXCEPTION 'the lease on outbox row % (token %) expired', p_id, p_lease_token
+            USING ERRCODE = 'lock_not_available';
+    END IF;
+END $$;
+
+-- Why a processed payload cannot be stored, or NULL when it can: NULL, or not JSON for a
+-- JSON record (the consumers and destinations rely on the content type).
+CREATE FUNCTION wal_delivery.processed_payload_problem(p_payload bytea, p_content_type text) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_payload IS NULL THEN
+        RETURN 'the processor returned NULL';
+    END IF;
+    IF p_content_type = 'application/json' THEN
+        BEGIN
+            PERFORM convert_from(p_payload, 'UTF8')::jsonb;
+        EXCEPTION WHEN data_exception THEN
+            RETURN format('the processor returned %s bytes that are not JSON, for an application/json record (%s)',
+                          octet_length(p_payload), SQLERRM);
+        END;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- The outcome of one attempt, from its holder: p_error set means the processor failed;
+-- otherwise p_payload is the processed payload, stored if it passes the checks (a
+-- payload that does not is a failed attempt too). Returns the outcome and, unless
+-- processed, why. Wakes the relay when a row became processed.
+CREATE FUNCTION wal_delivery.finish_processing(p_id bigint, p_lease_token bigint, p_payload bytea, p_error text,
+    OUT outcome text, OUT detail text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    held record;
+BEGIN
+    BEGIN
+        SELECT * INTO held FROM wal_delivery.hold_processing_row(p_id, p_lease_token);
+    EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+        outcome := 'refused';
+        detail := SQLERRM;
+        RETURN;
+    END;
+    detail := coalesce(p_error, wal_delivery.processed_payload_problem(p_payload, held.content_type));
+    IF detail IS NULL THEN
+        BEGIN
+            PERFORM wal_delivery.complete_processing(p_id, p_lease_token, p_payload);
+            PERFORM wal_delivery.wake_relay_at_commit();
+            outcome := 'processed';
+            RETURN;
+        EXCEPTION WHEN program_limit_exceeded THEN
+            detail := SQLERRM;
+        END;
+    END IF;
+    outcome := wal_delivery.fail_processing(p_id, p_lease_token, detail)::text;
+    IF outcome = 'pending' THEN
+        outcome := 'failed';
+    END IF;
+END $$;
+
+-- finish_processing for many rows in one round trip; the arrays line up by position.
+CREATE FUNCTION wal_delivery.finish_processing_batch(p_ids bigint[], p_lease_tokens bigint[],
+                                                     p_payloads bytea[], p_errors text[])
+RETURNS TABLE (id bigint, outcome text, detail text)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_ids[i], f.outcome, f.detail
+      FROM generate_subscripts(p_ids, 1) i,
+           LATERAL wal_delivery.finish_processing(p_ids[i], p_lease_tokens[i], p_payloads[i], p_errors[i]) f
+     ORDER BY i
+$$;
+
+-- Runs the SQL processor of each held row and finishes it. Not SECURITY DEFINER: the
+-- topic's function runs with the worker's own rights, never the extension owner's. Each
+-- function call is its own subtransaction, so a processor that raises fails only its own
+-- row, and whatever it wrote is undone. A result that comes after the row's lease ran
+-- out is refused, not written.
+CREATE FUNCTION wal_delivery.run_sql_processor(p_ids bigint[], p_lease_tokens bigint[])
+RETURNS TABLE (id bigint, outcome text, detail text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    held record;
+    fn regprocedure;
+    call text;
+    result bytea;
+    err text;
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
+        id := p_ids[i];
+        BEGIN
+            SELECT * INTO held FROM wal_delivery.hold_processing_row(p_ids[i], p_lease_tokens[i]);
+        EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+            outcome := 'refused';
+            detail := SQLERRM;
+            RETURN NEXT;
+            CONTINUE;
+        END;
+        result := NULL;
+        err := NULL;
+        fn := to_regprocedure(held.processor || '(bytea)');
+        IF held.processor_kind IS DISTINCT FROM 'sql' THEN
+            err := format('the topic''s processor is no longer a SQL function (%s)', coalesce(held.processor_kind, 'none'));
+        ELSIF fn IS NULL THEN
+            err := format('processor function %s(bytea) does not exist', held.processor);
+        ELSE
+            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+            BEGIN
+                EXECUTE call INTO result USING held.payload;
+            EXCEPTION WHEN OTHERS THEN
+                err := format('processor %s raised %s: %s', held.processor, SQLSTATE, SQLERRM);
+            END;
+        END IF;
+        IF clock_timestamp() >= held.lease_until THEN
+            outcome := 'refused';
+            detail := format('the lease on outbox row %s (token %s) expired at %s, before the processor finished',
+                             p_ids[i], p_lease_tokens[i], held.lease_until);
+        ELSE
+            SELECT f.outcome, f.detail INTO outcome, detail
+              FROM wal_delivery.finish_processing(p_ids[i], p_lease_tokens[i], result, err) f;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- What the processors are doing, per processing topic: rows waiting, being processed
+-- (and how many of those hold an expired lease), processed and not yet shipped, retried
+-- at least once, and dead.
+CREATE VIEW wal_delivery.processing_status AS
+SELECT t.name AS topic, t.processor_kind, t.processor, t.processing_lease, t.processing_timeout,
+       count(*) FILTER (WHERE o.state = 'pending') AS pending,
+       count(*) FILTER (WHERE o.state = 'processing') AS processing,
+       count(*) FILTER (WHERE o.state = 'processing' AND o.lease_until <= now()) AS lease_expired,
+       count(*) FILTER (WHERE o.state = 'processed') AS processed,
+       count(*) FILTER (WHERE o.state = 'pending' AND o.attempts > 0) AS retrying,
+       count(*) FILTER (WHERE o.state = 'dead') AS dead
+  FROM wal_delivery.topics t
+  LEFT JOIN wal_delivery.outbox o ON o.topic = t.name AND o.needs_processing
+ WHERE t.processor_kind IS NOT NULL
+ GROUP BY t.name, t.processor_kind, t.processor, t.processing_lease, t.processing_timeout;
+
+REVOKE ALL ON FUNCTION wal_delivery.claim_for_processor(integer),
+                       wal_delivery.hold_processing_row(bigint, bigint),
+                       wal_delivery.processed_payload_problem(bytea, text),
+                       wal_delivery.finish_processing(bigint, bigint, bytea, text),
+                       wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
+                       wal_delivery.run_sql_processor(bigint[], bigint[]),
+                       wal_delivery.check_topic_processing_timeout() FROM PUBLIC;
+REVOKE ALL ON wal_delivery.processing_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wal_delivery.claim_for_processor(integer),
+                          wal_delivery.hold_processing_row(bigint, bigint),
+                          wal_delivery.finish_processing(bigint, bigint, bytea, text),
+                          wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
+                          wal_delivery.run_sql_processor(bigint[], bigint[])
+    TO wal_delivery_admin;
+GRANT SELECT ON wal_delivery.processing_status TO wal_delivery_admin;

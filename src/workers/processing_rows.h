@@ -1,0 +1,87 @@
+/*
+ * processing_rows.h: the processor worker's side of the outbox, through the extension's
+ * functions (sql/wal_delivery--0.7--0.8.sql): claim rows with a lease, run SQL
+ * processors in the database, and hand back the results of HTTP processors.
+ *
+ * Words used here:
+ *   claimed row  an outbox row this worker holds: its lease token fences every write,
+ *                and the write is refused once lease_ms_left has passed
+ *   outcome      what became of a claimed row after its attempt (see row_outcome)
+ */
+#ifndef WAL_PROCESSING_ROWS_H
+#define WAL_PROCESSING_ROWS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+typedef enum
+{
+	PROCESSOR_SQL,
+	PROCESSOR_HTTP
+} processor_kind;
+
+typedef struct claimed_row
+{
+	int64_t id;
+	int64_t lease_token;
+	int attempts; /* this claim included */
+	long lease_ms_left;
+	long timeout_ms; /* the topic's processing_timeout */
+	processor_kind kind;
+	char *topic;
+	char *idempotency_key;
+	char *content_type;
+	char *processor; /* function name or URL */
+	char *payload;
+	size_t payload_len;
+} claimed_row;
+
+typedef enum
+{
+	OUTCOME_PROCESSED, /* stored; the relay ships it */
+	OUTCOME_FAILED,    /* attempt counted, back to pending after a backoff */
+	OUTCOME_DEAD,      /* last attempt failed: in dead_letters */
+	OUTCOME_REFUSED,   /* lease lost or run out: nothing written */
+	OUTCOME_UNKNOWN    /* the database call failed: the lease expiry will return it */
+} row_outcome;
+
+/* What one attempt produced: a processed payload, or the error that failed it. */
+typedef struct attempt_result
+{
+	const claimed_row *row;
+	char *payload; /* NULL when error is set */
+	size_t payload_len;
+	char *error;
+	row_outcome outcome; /* filled in by finish_attempts / run_sql_processors */
+	char *detail;        /* why, unless processed */
+} attempt_result;
+
+/*
+ * Claims up to max_rows rows with a lease each. Returns the number claimed (0..max_rows)
+ * and sets *rows (free with free_claimed_rows), or -1 on a database error (logged).
+ */
+int claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows);
+void free_claimed_rows(claimed_row *rows, int n);
+
+/* Returns rows whose lease ran out to the pool; the number returned, or -1 (logged). */
+int expire_processing_leases(PGconn *db);
+
+/*
+ * Runs the SQL processors of results[i].row in one call, each row in its own
+ * subtransaction, and fills in each outcome. A call cut off by statement_timeout_ms (a
+ * processor outliving the lease) leaves every row UNKNOWN and returns false with
+ * *timed_out set; other database errors too, without it.
+ */
+bool run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_timeout_ms,
+						bool *timed_out);
+
+/* Hands the HTTP processors' results to the database in one call; fills in outcomes. */
+bool finish_attempts(PGconn *db, attempt_result *results, int n);
+
+void free_attempt_results(attempt_result *results, int n);
+const char *row_outcome_name(row_outcome outcome);
+
+#endif
