@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
@@ -25,12 +26,14 @@
 #include "common/clock.h"
 #include "common/config_watch.h"
 #include "common/dedupe.h"
+#include "common/delivery_request.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/offset_tracker.h"
+#include "common/pause_state.h"
 #include "common/webhook.h"
 #include "roles.h"
 
@@ -56,7 +59,8 @@ typedef struct consumer_state
 	dedupe_set *dedupe;
 	offset_tracker *tracker;
 	admin_server *admin;
-	char **subscribed; /* topics currently subscribed */
+	pause_state *pauses; /* destinations paused by the retry consumers */
+	char **subscribed;   /* topics currently subscribed */
 	int n_subscribed;
 	bool paused;
 	bool assigned;
@@ -67,6 +71,7 @@ typedef struct consumer_state
 	metric *open_records;
 	metric *config_version;
 	metric *lag;
+	metric *breaker_handoffs;
 } consumer_state;
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -251,55 +256,21 @@ on_http_done(void *opaque, const http_result *result)
 										   : -1);
 }
 
-static struct curl_slist *
-request_headers(const destination_config *d, const handoff_message *m)
-{
-	struct curl_slist *headers = NULL;
-	char line[1024];
-	const char *name;
-	json_t *value;
-
-	snprintf(line, sizeof(line), "Content-Type: %s",
-			 m->content_type ? m->content_type : "application/octet-stream");
-	headers = curl_slist_append(headers, line);
-	snprintf(line, sizeof(line), "Idempotency-Key: %s", m->idempotency_key);
-	headers = curl_slist_append(headers, line);
-	snprintf(line, sizeof(line), "X-Wal-Topic: %s", m->source_topic);
-	headers = curl_slist_append(headers, line);
-	if (m->outbox_id)
-	{
-		snprintf(line, sizeof(line), "X-Wal-Outbox-Id: %s", m->outbox_id);
-		headers = curl_slist_append(headers, line);
-	}
-	json_object_foreach(d->headers, name, value)
-	{
-		if (!json_is_string(value))
-			continue;
-		snprintf(line, sizeof(line), "%s: %s", name, json_string_value(value));
-		headers = curl_slist_append(headers, line);
-	}
-	headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
-	if (d->signing_secret && !webhook_add_headers(&headers, d->signing_secret, m->idempotency_key,
-												  (long) time(NULL), m->payload, m->payload_len))
-		log_warn("event=signing_failed destination=%s key=%s msg=\"sending unsigned\"", d->name,
-				 m->idempotency_key);
-	return headers;
-}
-
 static void
 deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 {
-	http_request req = {
-		.destination = d->name,
-		.max_in_flight = d->max_in_flight,
-		.method = d->method,
-		.url = d->endpoint,
-		.body = copy->msg.payload,
-		.body_len = copy->msg.payload_len,
-		.timeout_ms = d->timeout_ms,
-		.verify_tls = d->verify_tls,
-	};
+	http_request req;
 
+	if (pause_state_is_paused(st->pauses, d->name))
+	{
+		/* Breaker open: no attempt while the destination is paused; its probe runs in
+		 * the retry consumers. The copy queues in step 1 and the offset moves on. */
+		const char *labels[] = {d->name};
+
+		metric_add(st->breaker_handoffs, 1, labels);
+		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "breaker open: destination paused", -1);
+		return;
+	}
 	if (d->secret_unavailable)
 	{
 		/* Config from a peer has no secrets: never send unsigned, keep the copy for later. */
@@ -307,7 +278,7 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 				 "signing secret unavailable: config came from a peer", -1);
 		return;
 	}
-	req.headers = request_headers(d, &copy->msg);
+	req = delivery_request(d, &copy->msg, 1);
 	if (!http_engine_submit(st->http, &req, on_http_done, copy))
 		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
 }
@@ -529,6 +500,9 @@ register_metrics(consumer_state *st)
 									"Consumed records not yet delivered or handed off.", 0, NULL);
 	st->config_version = metric_gauge("wal_config_version",
 									  "The published config version this worker follows.", 0, NULL);
+	st->breaker_handoffs = metric_counter(
+		"wal_breaker_open_handoffs_total",
+		"Copies sent to retry step 1 without an attempt: the destination is paused.", 1, dest);
 	st->lag = metric_gauge("wal_consumer_lag", "Records behind the partition's end.", 2,
 						   (const char *const[]){"topic", "partition"});
 }
@@ -602,6 +576,12 @@ run_consume(const worker_options *opts)
 	st.dedupe =
 		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
 	st.tracker = tracker_new();
+	{
+		char holder[128];
+
+		snprintf(holder, sizeof(holder), "consume:%d", (int) getpid());
+		st.pauses = pause_state_new(opts, holder);
+	}
 	follow_subscriptions(&st);
 	log_info("event=started mode=%s config_version=%" PRId64,
 			 opts->destination ? opts->destination : "shared",
@@ -636,6 +616,7 @@ run_consume(const worker_options *opts)
 		http_engine_poll(st.http, busy && !rkm ? 20 : 0);
 		handoff_poll(st.handoff);
 
+		pause_state_poll(st.pauses);
 		if (config_watch_poll(st.watch))
 		{
 			dedupe_set_ttl(st.dedupe, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
@@ -662,6 +643,7 @@ run_consume(const worker_options *opts)
 	log_info("event=stopped open_records=%d", tracker_open_records(st.tracker));
 	tracker_free(st.tracker);
 	dedupe_free(st.dedupe);
+	pause_state_free(st.pauses);
 	config_watch_stop(st.watch);
 	return 0;
 }

@@ -3,10 +3,17 @@
  *
  * Each message is inserted with its Kafka position, which is unique in the table, so a
  * message consumed again after a crash writes nothing the second time (exactly once per
- * message). Its offset is committed only after the insert committed. Each new dead
- * letter raises an alert: a metric, and a POST to settings.dlq_alert_url when set. An
- * alert that cannot be delivered is logged and counted; it never holds up ingestion,
- * since the dead letter itself is safe in the table.
+ * message). Its offset is committed only after the insert committed.
+ *
+ * Alerts: every dead letter, whether ingested here or written by the database itself (a
+ * row whose processing failed for the last time), raises one alert: a metric, and a POST
+ * to settings.dlq_alert_url when set. A row is marked alerted only after the webhook took
+ * it, so alerts are at least once across crashes; a failing webhook is logged, counted
+ * and tried again later, and never holds up ingestion.
+ *
+ * Replays: on-call's wal_delivery.replay_dead_letter() marks an entry; this worker writes
+ * it to its destination's partition of retry step 1 and, once Kafka acknowledged that,
+ * resolves the entry.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -20,6 +27,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/admin_server.h"
+#include "common/clock.h"
 #include "common/config_watch.h"
 #include "common/handoff.h"
 #include "common/kafka_conf.h"
@@ -27,16 +35,28 @@
 #include "common/metrics.h"
 #include "roles.h"
 
+#define ALERT_CHECK_MS   1000 /* looking for dead letters still to alert */
+#define ALERT_RETRY_MS   5000 /* after the webhook failed */
+#define REPLAY_CHECK_MS  1000
+#define MAX_REPLAYS_OPEN 256
+
 typedef struct dlq_state
 {
 	const worker_options *opts;
 	config_watch *watch;
 	PGconn *db;
 	rd_kafka_t *consumer;
+	handoff_producer *replays;
+	int64_t replaying[MAX_REPLAYS_OPEN]; /* dead letter ids written, not yet acked */
+	int n_replaying;
 	bool assigned;
+	int64_t next_alert_check_ms;
+	int64_t next_replay_check_ms;
 	metric *ingested;
 	metric *duplicates;
+	metric *alerts;
 	metric *alerts_failed;
+	metric *replayed;
 } dlq_state;
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -48,10 +68,10 @@ on_stop_signal(int signo)
 	stop_requested = 1;
 }
 
-/* POSTs the alert for one new dead letter; failures are logged and counted, not retried. */
-static void
-raise_alert(dlq_state *st, int64_t id, const char *topic, const char *key, const char *destination,
-			const char *error)
+/* POSTs the alert for one dead letter; false (logged and counted) when the webhook failed. */
+static bool
+raise_alert(dlq_state *st, int64_t id, const char *origin, const char *topic, const char *key,
+			const char *destination, const char *error)
 {
 	const char *url = config_watch_current(st->watch)->dlq_alert_url;
 	json_t *body;
@@ -60,15 +80,18 @@ raise_alert(dlq_state *st, int64_t id, const char *topic, const char *key, const
 	struct curl_slist *headers = NULL;
 	long status = 0;
 	CURLcode rc;
+	bool ok;
 
-	log_warn("event=dead_letter id=%" PRId64 " topic=%s key=%s destination=%s error=\"%s\"", id,
-			 topic ? topic : "", key ? key : "", destination ? destination : "",
+	log_warn("event=dead_letter id=%" PRId64 " origin=%s topic=%s key=%s destination=%s "
+			 "error=\"%s\"",
+			 id, origin, topic ? topic : "", key ? key : "", destination ? destination : "",
 			 error ? error : "");
+	metric_add(st->alerts, 1, (const char *const[]){origin});
 	if (url == NULL)
-		return;
-	body = json_pack("{s:s, s:I, s:s?, s:s?, s:s?, s:s?}", "event", "dead_letter", "id",
-					 (json_int_t) id, "topic", topic, "idempotency_key", key, "destination",
-					 destination, "last_error", error);
+		return true;
+	body = json_pack("{s:s, s:I, s:s, s:s?, s:s?, s:s?, s:s?}", "event", "dead_letter", "id",
+					 (json_int_t) id, "origin", origin, "topic", topic, "idempotency_key", key,
+					 "destination", destination, "last_error", error);
 	text = json_dumps(body, JSON_COMPACT);
 	curl = curl_easy_init();
 	headers = curl_slist_append(headers, "Content-Type: application/json");
@@ -78,7 +101,8 @@ raise_alert(dlq_state *st, int64_t id, const char *topic, const char *key, const
 	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
 	rc = curl_easy_perform(curl);
 	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-	if (rc != CURLE_OK || status < 200 || status > 299)
+	ok = rc == CURLE_OK && status >= 200 && status <= 299;
+	if (!ok)
 	{
 		metric_add(st->alerts_failed, 1, NULL);
 		log_error("event=alert_failed id=%" PRId64 " url=%s error=\"%s\"", id, url,
@@ -88,6 +112,7 @@ raise_alert(dlq_state *st, int64_t id, const char *topic, const char *key, const
 	curl_easy_cleanup(curl);
 	free(text);
 	json_decref(body);
+	return ok;
 }
 
 static bool
@@ -162,7 +187,7 @@ ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 	else
 	{
 		metric_add(st->ingested, 1, NULL);
-		raise_alert(st, strtoll(PQgetvalue(res, 0, 0), NULL, 10), topic, key, destination, error);
+		st->next_alert_check_ms = 0; /* alert it now */
 	}
 	PQclear(res);
 	free(topic);
@@ -173,6 +198,138 @@ ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 	free(attempt);
 	free(error);
 	return ok;
+}
+
+/* ---------------------------------------------------------------- alerts */
+
+static void
+mark_alerted(dlq_state *st, const char *id)
+{
+	const char *values[1] = {id};
+	PGresult *res = PQexecParams(st->db, "SELECT wal_delivery.mark_dead_letter_alerted($1)", 1,
+								 NULL, values, NULL, NULL, 0);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		log_error("event=mark_alerted_failed id=%s error=\"%s\" msg=\"it will be alerted again\"",
+				  id, strtok(PQerrorMessage(st->db), "\n"));
+	PQclear(res);
+}
+
+/* Alerts every dead letter not alerted yet, oldest first; stops at a failing webhook. */
+static void
+send_pending_alerts(dlq_state *st)
+{
+	PGresult *res;
+
+	if (now_ms() < st->next_alert_check_ms)
+		return;
+	st->next_alert_check_ms = now_ms() + ALERT_CHECK_MS;
+	res = PQexec(st->db, "SELECT id, origin, topic, idempotency_key, destination, last_error "
+						 "FROM wal_delivery.dead_letters_to_alert(100)");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		log_error("event=alert_query_failed error=\"%s\"", strtok(PQerrorMessage(st->db), "\n"));
+	for (int r = 0; PQresultStatus(res) == PGRES_TUPLES_OK && r < PQntuples(res); r++)
+	{
+		const char *v[6];
+
+		for (int c = 0; c < 6; c++)
+			v[c] = PQgetisnull(res, r, c) ? NULL : PQgetvalue(res, r, c);
+		if (!raise_alert(st, strtoll(v[0], NULL, 10), v[1], v[2], v[3], v[4], v[5]))
+		{
+			st->next_alert_check_ms = now_ms() + (int64_t) (ALERT_RETRY_MS / st->opts->time_scale);
+			break;
+		}
+		mark_alerted(st, v[0]);
+	}
+	PQclear(res);
+}
+
+/* ---------------------------------------------------------------- replays */
+
+static bool
+replay_open(const dlq_state *st, int64_t id)
+{
+	for (int i = 0; i < st->n_replaying; i++)
+		if (st->replaying[i] == id)
+			return true;
+	return false;
+}
+
+/* Kafka acknowledged the replay's write to retry step 1: resolve the entry. */
+static void
+on_replayed(void *opaque, void *arg)
+{
+	dlq_state *st = arg;
+	int64_t id = (int64_t) (intptr_t) opaque;
+	char text[32];
+	const char *values[1] = {text};
+	PGresult *res;
+
+	for (int i = 0; i < st->n_replaying; i++)
+		if (st->replaying[i] == id)
+			st->replaying[i] = st->replaying[--st->n_replaying];
+	snprintf(text, sizeof(text), "%" PRId64, id);
+	res = PQexecParams(st->db, "SELECT wal_delivery.complete_replay($1)", 1, NULL, values, NULL,
+					   NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		log_error("event=complete_replay_failed id=%s error=\"%s\" msg=\"it will be replayed "
+				  "again\"",
+				  text, strtok(PQerrorMessage(st->db), "\n"));
+	else
+	{
+		metric_add(st->replayed, 1, NULL);
+		log_info("event=replayed id=%s to=retry.1", text);
+	}
+	PQclear(res);
+}
+
+/* Writes the entries on-call asked to replay to their destination's retry step 1. */
+static void
+replay_requested(dlq_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	PGresult *res;
+
+	if (now_ms() < st->next_replay_check_ms)
+		return;
+	st->next_replay_check_ms = now_ms() + REPLAY_CHECK_MS;
+	res = PQexec(st->db, "SELECT id, topic, idempotency_key, destination, outbox_id, "
+						 "content_type, payload FROM wal_delivery.dead_letters_to_replay(100)");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		log_error("event=replay_query_failed error=\"%s\"", strtok(PQerrorMessage(st->db), "\n"));
+	for (int r = 0; PQresultStatus(res) == PGRES_TUPLES_OK && r < PQntuples(res); r++)
+	{
+		int64_t id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
+		const destination_config *d = config_find_destination(config, PQgetvalue(res, r, 3));
+		handoff_message m = {0};
+		size_t len;
+		unsigned char *payload;
+
+		if (replay_open(st, id) || st->n_replaying == MAX_REPLAYS_OPEN)
+			continue;
+		if (d == NULL)
+		{
+			/* Not in this worker's config yet: its partition is unknown, so wait. */
+			log_warn("event=replay_waiting id=%" PRId64 " destination=%s msg=\"destination not in "
+					 "the published config yet\"",
+					 id, PQgetvalue(res, r, 3));
+			continue;
+		}
+		payload = PQunescapeBytea((const unsigned char *) PQgetvalue(res, r, 6), &len);
+		m.source_topic = PQgetvalue(res, r, 1);
+		m.source_partition = -1;
+		m.source_offset = -1;
+		m.idempotency_key = PQgetvalue(res, r, 2);
+		m.outbox_id = PQgetisnull(res, r, 4) ? NULL : PQgetvalue(res, r, 4);
+		m.content_type = PQgetisnull(res, r, 5) ? NULL : PQgetvalue(res, r, 5);
+		m.payload = (char *) payload;
+		m.payload_len = len;
+		st->replaying[st->n_replaying++] = id;
+		handoff_send(st->replays, config, d, d->name, &m, HANDOFF_RETRY_STEP_1, 1,
+					 "replayed from dead_letters", -1, (void *) (intptr_t) id);
+		PQfreemem(payload);
+	}
+	PQclear(res);
 }
 
 static void
@@ -222,8 +379,13 @@ run_dlq(const worker_options *opts)
 	st.duplicates =
 		metric_counter("wal_dead_letters_redelivered_total",
 					   "DLQ messages consumed again and found already ingested.", 0, NULL);
+	st.alerts = metric_counter("wal_dead_letter_alerts_total",
+							   "Dead letters alerted (webhook accepted, or metric only).", 1,
+							   (const char *const[]){"origin"});
 	st.alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
 									  "Alerts the alert webhook did not accept.", 0, NULL);
+	st.replayed = metric_counter("wal_dead_letters_replayed_total",
+								 "Dead letters written back to retry step 1 on request.", 0, NULL);
 
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
@@ -255,6 +417,13 @@ run_dlq(const worker_options *opts)
 		return 1;
 	}
 	rd_kafka_poll_set_consumer(st.consumer);
+	st.replays = handoff_producer_new(opts, config_watch_current(st.watch), on_replayed, &st,
+									  errbuf, sizeof(errbuf));
+	if (st.replays == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return 1;
+	}
 	topics = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(topics, config_watch_current(st.watch)->dlq_topic,
 									  RD_KAFKA_PARTITION_UA);
@@ -272,7 +441,10 @@ run_dlq(const worker_options *opts)
 			sleep(1);
 			continue;
 		}
-		rkm = rd_kafka_consumer_poll(st.consumer, 500);
+		send_pending_alerts(&st);
+		replay_requested(&st);
+		handoff_poll(st.replays);
+		rkm = rd_kafka_consumer_poll(st.consumer, 200);
 		if (rkm == NULL)
 			continue;
 		if (rkm->err)
@@ -298,6 +470,7 @@ run_dlq(const worker_options *opts)
 
 	rd_kafka_consumer_close(st.consumer);
 	rd_kafka_destroy(st.consumer);
+	handoff_producer_free(st.replays);
 	if (st.db)
 		PQfinish(st.db);
 	if (admin)

@@ -1,0 +1,330 @@
+/*
+ * pause_state.c: the shared pause state (see pause_state.h).
+ */
+#include "pause_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "clock.h"
+#include "log.h"
+
+#define REFRESH_INTERVAL_MS   5000
+#define RECONNECT_INTERVAL_MS 2000
+#define CHECK_INTERVAL_MS     20 /* how often the main loop's poll looks for a NOTIFY */
+
+typedef struct pause_entry
+{
+	char *destination;
+	bool paused;           /* as the database last said */
+	int64_t next_probe_ms; /* wall clock */
+	/* A pause decided here and not yet written to the database. */
+	bool pause_pending;
+	int pending_step;
+	char *pending_error;
+	long pending_probe_after_ms;
+} pause_entry;
+
+struct pause_state
+{
+	const worker_options *opts;
+	char *holder;
+	PGconn *conn;
+	long refresh_interval_ms;
+	int64_t next_refresh_ms;
+	int64_t next_check_ms;
+	int64_t next_reconnect_ms;
+	bool down_logged;
+	pause_entry *entries;
+	int n_entries;
+};
+
+static pause_entry *
+find_entry(const pause_state *ps, const char *destination)
+{
+	for (int i = 0; i < ps->n_entries; i++)
+		if (strcmp(ps->entries[i].destination, destination) == 0)
+			return &ps->entries[i];
+	return NULL;
+}
+
+static pause_entry *
+get_entry(pause_state *ps, const char *destination)
+{
+	pause_entry *e = find_entry(ps, destination);
+
+	if (e)
+		return e;
+	ps->entries = realloc(ps->entries, sizeof(pause_entry) * (ps->n_entries + 1));
+	e = &ps->entries[ps->n_entries++];
+	memset(e, 0, sizeof(*e));
+	e->destination = strdup(destination);
+	return e;
+}
+
+static bool
+connected(pause_state *ps)
+{
+	PGresult *res;
+
+	if (ps->conn && PQstatus(ps->conn) == CONNECTION_OK)
+		return true;
+	if (now_ms() < ps->next_reconnect_ms)
+		return false;
+	ps->next_reconnect_ms = now_ms() + RECONNECT_INTERVAL_MS;
+	if (ps->conn)
+		PQfinish(ps->conn);
+	ps->conn = PQconnectdb(ps->opts->conninfo);
+	if (PQstatus(ps->conn) != CONNECTION_OK)
+	{
+		if (!ps->down_logged)
+			log_warn("event=pause_state_db_unreachable error=\"%.*s\" msg=\"using the last known "
+					 "pause states\"",
+					 (int) strcspn(PQerrorMessage(ps->conn), "\n"), PQerrorMessage(ps->conn));
+		ps->down_logged = true;
+		PQfinish(ps->conn);
+		ps->conn = NULL;
+		return false;
+	}
+	if (ps->down_logged)
+		log_info("event=pause_state_db_back");
+	ps->down_logged = false;
+	res = PQexec(ps->conn, "LISTEN wal_delivery_pause");
+	PQclear(res);
+	ps->next_refresh_ms = 0; /* notifications may have been missed */
+	return true;
+}
+
+/* Runs one statement; NULL (logged) on failure. The caller clears the result. */
+static PGresult *
+run(pause_state *ps, const char *sql, int n, const char *const *values)
+{
+	PGresult *res;
+
+	if (!connected(ps))
+		return NULL;
+	res = PQexecParams(ps->conn, sql, n, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
+		return res;
+	log_warn("event=pause_state_query_failed error=\"%.*s\"",
+			 (int) strcspn(PQerrorMessage(ps->conn), "\n"), PQerrorMessage(ps->conn));
+	PQclear(res);
+	if (PQstatus(ps->conn) != CONNECTION_OK)
+	{
+		PQfinish(ps->conn);
+		ps->conn = NULL;
+	}
+	return NULL;
+}
+
+static void
+interval_ms(char *out, size_t size, long ms)
+{
+	snprintf(out, size, "%ld milliseconds", ms > 0 ? ms : 1);
+}
+
+/* Writes pauses decided here; they stay pending until the database took them. */
+static void
+write_pending_pauses(pause_state *ps)
+{
+	for (int i = 0; i < ps->n_entries; i++)
+	{
+		pause_entry *e = &ps->entries[i];
+		char step[16], after[48];
+		const char *values[4] = {e->destination, step, e->pending_error, after};
+		PGresult *res;
+
+		if (!e->pause_pending)
+			continue;
+		snprintf(step, sizeof(step), "%d", e->pending_step);
+		interval_ms(after, sizeof(after), e->pending_probe_after_ms);
+		res = run(ps, "SELECT wal_delivery.pause_destination($1, $2, $3, $4::interval)", 4, values);
+		if (res == NULL)
+			return;
+		log_warn("event=destination_paused destination=%s step=%d by_us=%s error=\"%s\"",
+				 e->destination, e->pending_step, PQgetvalue(res, 0, 0), e->pending_error);
+		PQclear(res);
+		e->pause_pending = false;
+		free(e->pending_error);
+		e->pending_error = NULL;
+		ps->next_refresh_ms = 0;
+	}
+}
+
+/* Re-reads every destination's state; true when one paused or resumed. */
+static bool
+refresh(pause_state *ps)
+{
+	PGresult *res = run(ps,
+						"SELECT destination, paused, (extract(epoch FROM next_probe_at) * "
+						"1000)::bigint FROM wal_delivery.destination_pauses",
+						0, NULL);
+	bool changed = false;
+
+	if (res == NULL)
+		return false;
+	for (int i = 0; i < ps->n_entries; i++)
+	{
+		pause_entry *e = &ps->entries[i];
+		bool paused = false;
+		int64_t next_probe = 0;
+
+		for (int r = 0; r < PQntuples(res); r++)
+			if (strcmp(PQgetvalue(res, r, 0), e->destination) == 0)
+			{
+				paused = PQgetvalue(res, r, 1)[0] == 't';
+				next_probe = PQgetisnull(res, r, 2) ? 0 : strtoll(PQgetvalue(res, r, 2), NULL, 10);
+			}
+		changed = changed || paused != e->paused;
+		e->paused = paused;
+		e->next_probe_ms = next_probe;
+	}
+	for (int r = 0; r < PQntuples(res); r++)
+		if (find_entry(ps, PQgetvalue(res, r, 0)) == NULL)
+		{
+			pause_entry *e = get_entry(ps, PQgetvalue(res, r, 0));
+
+			e->paused = PQgetvalue(res, r, 1)[0] == 't';
+			e->next_probe_ms =
+				PQgetisnull(res, r, 2) ? 0 : strtoll(PQgetvalue(res, r, 2), NULL, 10);
+			changed = changed || e->paused;
+		}
+	PQclear(res);
+	return changed;
+}
+
+pause_state *
+pause_state_new(const worker_options *opts, const char *holder)
+{
+	pause_state *ps = calloc(1, sizeof(*ps));
+
+	ps->opts = opts;
+	ps->holder = strdup(holder);
+	ps->refresh_interval_ms = (long) (REFRESH_INTERVAL_MS / opts->time_scale);
+	pause_state_poll(ps);
+	return ps;
+}
+
+void
+pause_state_free(pause_state *ps)
+{
+	if (ps == NULL)
+		return;
+	if (ps->conn)
+		PQfinish(ps->conn);
+	for (int i = 0; i < ps->n_entries; i++)
+	{
+		free(ps->entries[i].destination);
+		free(ps->entries[i].pending_error);
+	}
+	free(ps->entries);
+	free(ps->holder);
+	free(ps);
+}
+
+bool
+pause_state_poll(pause_state *ps)
+{
+	PGnotify *n;
+	bool notified = false;
+
+	if (now_ms() < ps->next_check_ms)
+		return false;
+	ps->next_check_ms = now_ms() + CHECK_INTERVAL_MS;
+	if (ps->conn && PQconsumeInput(ps->conn))
+		while ((n = PQnotifies(ps->conn)) != NULL)
+		{
+			notified = true;
+			PQfreemem(n);
+		}
+	write_pending_pauses(ps);
+	if (!notified && now_ms() < ps->next_refresh_ms)
+		return false;
+	ps->next_refresh_ms = now_ms() + ps->refresh_interval_ms;
+	return refresh(ps);
+}
+
+bool
+pause_state_is_paused(const pause_state *ps, const char *destination)
+{
+	const pause_entry *e = find_entry(ps, destination);
+
+	return e && (e->paused || e->pause_pending);
+}
+
+int64_t
+pause_state_next_probe_ms(const pause_state *ps, const char *destination)
+{
+	const pause_entry *e = find_entry(ps, destination);
+
+	return e && e->paused ? e->next_probe_ms : 0;
+}
+
+void
+pause_state_pause(pause_state *ps, const char *destination, int step, const char *error,
+				  long probe_after_ms)
+{
+	pause_entry *e = get_entry(ps, destination);
+
+	if (e->paused || e->pause_pending)
+		return;
+	e->pause_pending = true;
+	e->pending_step = step;
+	e->pending_error = strdup(error ? error : "");
+	e->pending_probe_after_ms = probe_after_ms;
+	write_pending_pauses(ps);
+	refresh(ps);
+}
+
+bool
+pause_state_claim_probe(pause_state *ps, const char *destination, long lease_ms)
+{
+	char lease[48];
+	const char *values[3] = {destination, ps->holder, lease};
+	PGresult *res;
+	bool claimed;
+
+	interval_ms(lease, sizeof(lease), lease_ms);
+	res = run(ps, "SELECT wal_delivery.claim_probe($1, $2, $3::interval)", 3, values);
+	if (res == NULL)
+		return false;
+	claimed = PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	return claimed;
+}
+
+void
+pause_state_finish_probe(pause_state *ps, const char *destination, probe_outcome outcome,
+						 const char *error, long probe_after_ms)
+{
+	static const char *const names[] = {"success", "transient", "permanent"};
+	char after[48];
+	const char *values[5] = {destination, ps->holder, names[outcome], error, after};
+	PGresult *res;
+
+	interval_ms(after, sizeof(after), probe_after_ms);
+	res = run(ps, "SELECT wal_delivery.finish_probe($1, $2, $3, $4, $5::interval)", 5, values);
+	log_warn("event=probe_finished destination=%s outcome=%s resumed=%s error=\"%s\"", destination,
+			 names[outcome], res ? PQgetvalue(res, 0, 0) : "unknown", error ? error : "");
+	if (res)
+		PQclear(res);
+	/* A lost answer leaves the lease to expire; the next probe asks again. */
+	refresh(ps);
+}
+
+bool
+pause_state_report_stats(pause_state *ps, json_t *stats)
+{
+	char *text = json_dumps(stats, JSON_COMPACT);
+	const char *values[2] = {ps->holder, text};
+	PGresult *res = run(ps, "SELECT wal_delivery.report_step_stats($1, $2::jsonb)", 2, values);
+
+	free(text);
+	if (res == NULL)
+		return false;
+	PQclear(res);
+	return true;
+}

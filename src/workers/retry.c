@@ -1,0 +1,990 @@
+/*
+ * retry.c: `wal-worker retry`, delivering the messages of the three retry steps when due.
+ *
+ * Each destination owns one partition on every step topic (its retry_partition); one
+ * "lane" here is one assigned partition of one step. A lane keeps the messages fetched
+ * from it in order; its head is delivered when due (see retry_message.h), and the lane's
+ * Kafka partition is paused while its head is not due or its buffer is full, while the
+ * consumer keeps polling. Delivery goes straight to the destination: success is done,
+ * a transient failure moves the message to the next step (step 3: the DLQ), a permanent
+ * one to the DLQ. Offsets commit only up to messages whose outcome is durable.
+ *
+ * Pausing: per destination and step, a counter of consecutive transient failures. When
+ * it reaches pause_after_failures, that message is handed on first, and once Kafka
+ * acknowledged it the destination is paused in the shared pause state (pause_state.h):
+ * every process stops ordinary attempts to it on all steps, and the main consumers' breaker
+ * opens. An attempt is only started while the counter plus the attempts in flight stays
+ * below the threshold, so exactly that many failures open the pause. After the probe
+ * interval one process wins the probe lease and tries one due message: success or a
+ * permanent answer resumes everything, a transient one keeps the message queued and the
+ * pause on. After a resume the destination's concurrency starts at 1 and doubles every
+ * RAMP_INTERVAL_MS (divided by the time scale) up to its max_in_flight.
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#include "common/admin_server.h"
+#include "common/clock.h"
+#include "common/config_watch.h"
+#include "common/delivery_request.h"
+#include "common/handoff.h"
+#include "common/http_delivery.h"
+#include "common/kafka_conf.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/offset_tracker.h"
+#include "common/pause_state.h"
+#include "common/retry_message.h"
+#include "common/webhook.h"
+#include "roles.h"
+
+#define LANE_BUFFER          500 /* messages kept per partition before its fetch pauses */
+#define COMMIT_INTERVAL_MS   1000
+#define REPORT_INTERVAL_MS   1000
+#define RAMP_INTERVAL_MS     5000 /* before the time scale */
+#define PROBE_LEASE_SLACK_MS 10000
+#define SHUTDOWN_TIMEOUT_MS  15000
+
+struct lane;
+
+/* One consumed message, from its lane to its outcome. */
+typedef struct queued
+{
+	retry_message m;
+	tracked_record *record;
+	struct lane *lane;
+	int64_t offset;           /* in its retry topic */
+	bool probe;               /* the half-open probe */
+	bool pause_after_handoff; /* its failure tripped the pause */
+	char error[256];          /* its last failure */
+	struct queued *next;
+} queued;
+
+typedef struct lane
+{
+	char *topic;
+	int32_t partition;
+	int step;
+	bool assigned;
+	bool fetch_paused;
+	queued *head, *tail;
+	int n;
+	int64_t backlog;
+} lane;
+
+typedef struct step_stats
+{
+	int consecutive_failures;
+	int in_flight;
+	long delivered; /* since the last report */
+	long failed;
+	char last_error[256];
+	int64_t last_error_at; /* wall ms, 0: none since the last report */
+	int64_t last_success_at;
+	bool owned; /* this process holds the destination's partition of this step */
+} step_stats;
+
+typedef struct dest_state
+{
+	char *name;
+	step_stats steps[RETRY_STEPS];
+	int in_flight;
+	int window; /* attempts allowed in flight; ramps up after a pause */
+	int64_t next_ramp_ms;
+	int64_t next_probe_try_ms;
+	bool paused;  /* as last seen in the shared state */
+	bool pausing; /* tripped here; the shared pause follows the hand-off's ack */
+	bool probing;
+} dest_state;
+
+typedef struct retry_state
+{
+	const worker_options *opts;
+	config_watch *watch;
+	pause_state *pauses;
+	rd_kafka_t *consumer;
+	http_engine *http;
+	handoff_producer *handoff;
+	offset_tracker *tracker;
+	lane **lanes;
+	int n_lanes;
+	dest_state **dests;
+	int n_dests;
+	bool assigned;
+	int64_t next_commit_ms;
+	int64_t next_report_ms;
+	metric *delivered;
+	metric *failed;
+	metric *handed_off;
+	metric *bad_messages;
+	metric *probes;
+	metric *paused_gauge;
+	metric *window_gauge;
+	metric *backlog_gauge;
+} retry_state;
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+on_stop_signal(int signo)
+{
+	(void) signo;
+	stop_requested = 1;
+}
+
+static long
+scaled(const retry_state *st, long ms)
+{
+	return (long) (ms / st->opts->time_scale);
+}
+
+/* ---------------------------------------------------------------- lanes and destinations */
+
+static lane *
+find_lane(retry_state *st, const char *topic, int32_t partition)
+{
+	for (int i = 0; i < st->n_lanes; i++)
+		if (st->lanes[i]->partition == partition && strcmp(st->lanes[i]->topic, topic) == 0)
+			return st->lanes[i];
+	return NULL;
+}
+
+/* Lanes live until the worker stops, so a delivery in flight may point at a revoked one. */
+static lane *
+get_lane(retry_state *st, const char *topic, int32_t partition)
+{
+	lane *l = find_lane(st, topic, partition);
+
+	if (l)
+		return l;
+	l = calloc(1, sizeof(*l));
+	l->topic = strdup(topic);
+	l->partition = partition;
+	l->step = retry_topic_step(topic, config_watch_current(st->watch)->retry_topic_prefix);
+	st->lanes = realloc(st->lanes, sizeof(lane *) * (st->n_lanes + 1));
+	st->lanes[st->n_lanes++] = l;
+	return l;
+}
+
+static dest_state *
+get_dest(retry_state *st, const char *name)
+{
+	const destination_config *d;
+	dest_state *ds;
+
+	for (int i = 0; i < st->n_dests; i++)
+		if (strcmp(st->dests[i]->name, name) == 0)
+			return st->dests[i];
+	ds = calloc(1, sizeof(*ds));
+	ds->name = strdup(name);
+	d = config_find_destination(config_watch_current(st->watch), name);
+	ds->window = d ? d->max_in_flight : 1;
+	ds->paused = pause_state_is_paused(st->pauses, name);
+	st->dests = realloc(st->dests, sizeof(dest_state *) * (st->n_dests + 1));
+	st->dests[st->n_dests++] = ds;
+	return ds;
+}
+
+/* The destination whose retry partition this is, NULL when none. */
+static const destination_config *
+partition_owner(const control_plane_config *config, int32_t partition)
+{
+	for (int i = 0; i < config->n_destinations; i++)
+		if (config->destinations[i].retry_partition == partition)
+			return &config->destinations[i];
+	return NULL;
+}
+
+static void
+lane_push_tail(lane *l, queued *q)
+{
+	q->next = NULL;
+	if (l->tail)
+		l->tail->next = q;
+	else
+		l->head = q;
+	l->tail = q;
+	l->n++;
+}
+
+static void
+lane_push_head(lane *l, queued *q)
+{
+	q->next = l->head;
+	l->head = q;
+	if (l->tail == NULL)
+		l->tail = q;
+	l->n++;
+}
+
+static queued *
+lane_pop(lane *l)
+{
+	queued *q = l->head;
+
+	l->head = q->next;
+	if (l->head == NULL)
+		l->tail = NULL;
+	l->n--;
+	q->next = NULL;
+	return q;
+}
+
+static void
+queued_free(queued *q)
+{
+	retry_message_clear(&q->m);
+	free(q);
+}
+
+/* Its outcome is durable: the offset may move past it. */
+static void
+queued_done(retry_state *st, queued *q)
+{
+	tracker_copy_done(st->tracker, q->record);
+	queued_free(q);
+}
+
+/* ---------------------------------------------------------------- outcomes */
+
+static void
+on_handed_off(void *opaque, void *arg)
+{
+	retry_state *st = arg;
+	queued *q = opaque;
+
+	if (q->pause_after_handoff)
+	{
+		const destination_config *d =
+			config_find_destination(config_watch_current(st->watch), q->m.destination);
+
+		pause_state_pause(st->pauses, q->m.destination, q->m.step, q->error,
+						  scaled(st, d ? d->probe_interval_ms : 120000));
+	}
+	queued_done(st, q);
+}
+
+static void
+hand_off(retry_state *st, queued *q, handoff_target target, int attempts, long not_before_s)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	const destination_config *d =
+		q->m.destination ? config_find_destination(config, q->m.destination) : NULL;
+	const char *labels[] = {q->m.destination ? q->m.destination : "", handoff_target_name(target)};
+
+	metric_add(st->handed_off, 1, labels);
+	log_info("event=hand_off destination=%s topic=%s key=%s from=retry.%d to=%s error=\"%s\"",
+			 labels[0], q->m.msg.source_topic, q->m.msg.idempotency_key, q->m.step,
+			 handoff_target_name(target), q->error);
+	handoff_send(st->handoff, config, d, q->m.destination, &q->m.msg, target, attempts, q->error,
+				 not_before_s, q);
+}
+
+static handoff_target
+next_step(int step)
+{
+	return step >= RETRY_STEPS ? HANDOFF_DLQ : (handoff_target) (step + 1);
+}
+
+static void
+finish_probe(retry_state *st, dest_state *ds, queued *q, delivery_outcome outcome,
+			 const destination_config *d)
+{
+	const char *labels[] = {ds->name, delivery_outcome_name(outcome)};
+	long probe_after = scaled(st, d ? d->probe_interval_ms : 120000);
+
+	ds->probing = false;
+	metric_add(st->probes, 1, labels);
+	if (outcome == DELIVERY_SUCCESS)
+	{
+		pause_state_finish_probe(st->pauses, ds->name, PROBE_SUCCESS, NULL, probe_after);
+		queued_done(st, q);
+	}
+	else if (outcome == DELIVERY_PERMANENT)
+	{
+		pause_state_finish_probe(st->pauses, ds->name, PROBE_PERMANENT, q->error, probe_after);
+		hand_off(st, q, HANDOFF_DLQ, q->m.attempt + 1, -1);
+	}
+	else
+	{
+		/* Still down: the message stays first in line for the next probe. */
+		pause_state_finish_probe(st->pauses, ds->name, PROBE_TRANSIENT, q->error, probe_after);
+		if (q->lane->assigned)
+			lane_push_head(q->lane, q);
+		else
+			queued_free(q);
+	}
+}
+
+static void
+on_http_done(void *opaque, const http_result *result)
+{
+	queued *q = opaque;
+	retry_state *st = q->m.msg.owner;
+	const destination_config *d =
+		config_find_destination(config_watch_current(st->watch), q->m.destination);
+	dest_state *ds = get_dest(st, q->m.destination);
+	step_stats *ss = &ds->steps[q->m.step - 1];
+	delivery_outcome outcome;
+
+	ds->in_flight--;
+	ss->in_flight--;
+	if (result->aborted)
+	{
+		/* Stopping: not done, so its offset is not committed and it is read again. */
+		queued_free(q);
+		return;
+	}
+	outcome = classify_http_result(result->curl_code, result->http_status,
+								   d ? (const char *const *) d->transient_statuses : NULL,
+								   d ? d->n_transient_statuses : 0);
+	snprintf(q->error, sizeof(q->error), "%s", result->error);
+	if (outcome == DELIVERY_SUCCESS)
+	{
+		ss->consecutive_failures = 0;
+		ss->delivered++;
+		ss->last_success_at = wall_ms();
+		metric_add(st->delivered, 1, (const char *const[]){ds->name, q->lane->topic});
+	}
+	else
+	{
+		ss->failed++;
+		ss->last_error_at = wall_ms();
+		snprintf(ss->last_error, sizeof(ss->last_error), "%s", q->error);
+		metric_add(st->failed, 1,
+				   (const char *const[]){ds->name, q->lane->topic, delivery_outcome_name(outcome)});
+		/* A non-transient answer resets the step's count of consecutive failures. */
+		ss->consecutive_failures = outcome == DELIVERY_TRANSIENT ? ss->consecutive_failures + 1 : 0;
+	}
+	if (q->probe)
+	{
+		finish_probe(st, ds, q, outcome, d);
+		return;
+	}
+	if (outcome == DELIVERY_SUCCESS)
+		queued_done(st, q);
+	else if (outcome == DELIVERY_PERMANENT)
+		hand_off(st, q, HANDOFF_DLQ, q->m.attempt + 1, -1);
+	else
+	{
+		if (d && ss->consecutive_failures >= d->pause_after_failures && !ds->paused)
+		{
+			/* Hand this one on first; the pause follows its ack (on_handed_off). */
+			ds->pausing = true;
+			q->pause_after_handoff = true;
+			log_warn("event=pause_tripped destination=%s step=%d consecutive_failures=%d "
+					 "error=\"%s\"",
+					 ds->name, q->m.step, ss->consecutive_failures, q->error);
+		}
+		hand_off(st, q, next_step(q->m.step), q->m.attempt + 1,
+				 parse_retry_after(result->retry_after, time(NULL)));
+	}
+}
+
+static void
+deliver(retry_state *st, dest_state *ds, const destination_config *d, queued *q)
+{
+	http_request req = delivery_request(d, &q->m.msg, q->m.attempt + 1);
+
+	if (ds->window < d->max_in_flight)
+		req.max_in_flight = ds->window;
+	q->m.msg.owner = st;
+	ds->in_flight++;
+	ds->steps[q->m.step - 1].in_flight++;
+	if (!http_engine_submit(st->http, &req, on_http_done, q))
+	{
+		ds->in_flight--;
+		ds->steps[q->m.step - 1].in_flight--;
+		snprintf(q->error, sizeof(q->error), "could not start the HTTP request");
+		hand_off(st, q, next_step(q->m.step), q->m.attempt, -1);
+	}
+}
+
+/* ---------------------------------------------------------------- scheduling */
+
+/* Messages that cannot be retried go to the DLQ with their reason, whatever the pause. */
+static void
+send_bad_to_dlq(retry_state *st, queued *q)
+{
+	metric_add(st->bad_messages, 1, NULL);
+	log_warn("event=bad_retry_message topic=%s partition=%d offset=%" PRId64
+			 " reason=\"%s\" msg=\"sending it to the DLQ\"",
+			 q->lane->topic, q->lane->partition, q->offset, q->m.bad);
+	snprintf(q->error, sizeof(q->error), "%s", q->m.bad);
+	hand_off(st, q, HANDOFF_DLQ, q->m.attempt, -1);
+}
+
+static void
+on_message(retry_state *st, const rd_kafka_message_t *rkm)
+{
+	const char *topic = rd_kafka_topic_name(rkm->rkt);
+	lane *l = get_lane(st, topic, rkm->partition);
+	queued *q = calloc(1, sizeof(*q));
+
+	q->lane = l;
+	q->offset = rkm->offset;
+	q->record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, 1);
+	retry_message_read(&q->m, rkm, l->step, config_watch_current(st->watch), st->opts->time_scale,
+					   wall_ms());
+	q->m.msg.owner = st;
+	if (q->m.bad)
+	{
+		send_bad_to_dlq(st, q);
+		return;
+	}
+	if (q->m.clock_jump)
+		log_warn("event=clock_jump topic=%s partition=%d offset=%" PRId64
+				 " msg=\"entered its step in the future beyond any delay; due now\"",
+				 topic, rkm->partition, rkm->offset);
+	lane_push_tail(l, q);
+}
+
+static bool
+can_start(const dest_state *ds, const destination_config *d, int step)
+{
+	const step_stats *ss = &ds->steps[step - 1];
+
+	return !ds->paused && !ds->pausing && !d->secret_unavailable && ds->in_flight < ds->window &&
+		   ss->consecutive_failures + ss->in_flight < d->pause_after_failures;
+}
+
+/* Starts every due head message its destination has room for. */
+static void
+dispatch_due(retry_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	int64_t now = wall_ms();
+
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+
+		while (l->assigned && l->head && l->head->m.due_ms <= now)
+		{
+			queued *q = l->head;
+			const destination_config *d = config_find_destination(config, q->m.destination);
+			dest_state *ds;
+
+			if (d == NULL)
+			{
+				/* Deleted while it had queued retries. */
+				free(q->m.bad);
+				q->m.bad = strdup("destination no longer exists");
+				send_bad_to_dlq(st, lane_pop(l));
+				continue;
+			}
+			ds = get_dest(st, d->name);
+			if (!can_start(ds, d, l->step))
+				break;
+			deliver(st, ds, d, lane_pop(l));
+		}
+	}
+}
+
+/* While a destination is paused: one due message as the probe, if this process wins it. */
+static void
+probe_paused(retry_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	int64_t now = wall_ms();
+
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+		const destination_config *d;
+		dest_state *ds;
+		int64_t next_probe;
+
+		if (!l->assigned || l->head == NULL || l->head->m.due_ms > now)
+			continue;
+		d = config_find_destination(config, l->head->m.destination);
+		if (d == NULL)
+			continue;
+		ds = get_dest(st, d->name);
+		next_probe = pause_state_next_probe_ms(st->pauses, d->name);
+		if (!ds->paused || ds->probing || next_probe == 0 || now < next_probe ||
+			now_ms() < ds->next_probe_try_ms)
+			continue;
+		ds->next_probe_try_ms = now_ms() + 500;
+		if (!pause_state_claim_probe(st->pauses, d->name, d->timeout_ms + PROBE_LEASE_SLACK_MS))
+			continue;
+		log_warn("event=probe destination=%s step=%d key=%s", d->name, l->step,
+				 l->head->m.msg.idempotency_key);
+		ds->probing = true;
+		l->head->probe = true;
+		deliver(st, ds, d, lane_pop(l));
+	}
+}
+
+/* Follows the shared pause state; a resume restarts the destination's ramp at 1. */
+static void
+follow_pauses(retry_state *st)
+{
+	bool changed = pause_state_poll(st->pauses);
+
+	for (int i = 0; i < st->n_dests; i++)
+	{
+		dest_state *ds = st->dests[i];
+		bool paused = pause_state_is_paused(st->pauses, ds->name);
+
+		if (paused)
+			ds->pausing = false; /* the shared state has it now */
+		if (paused == ds->paused)
+			continue;
+		ds->paused = paused;
+		metric_set(st->paused_gauge, paused, (const char *const[]){ds->name});
+		if (paused)
+		{
+			log_warn("event=destination_paused destination=%s", ds->name);
+			continue;
+		}
+		for (int s = 0; s < RETRY_STEPS; s++)
+			ds->steps[s].consecutive_failures = 0;
+		ds->window = 1;
+		ds->next_ramp_ms = now_ms() + scaled(st, RAMP_INTERVAL_MS);
+		log_warn("event=destination_resumed destination=%s msg=\"ramping up from 1 in flight\"",
+				 ds->name);
+	}
+	(void) changed;
+}
+
+static void
+ramp_up(retry_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+
+	for (int i = 0; i < st->n_dests; i++)
+	{
+		dest_state *ds = st->dests[i];
+		const destination_config *d = config_find_destination(config, ds->name);
+		int max = d ? d->max_in_flight : 1;
+
+		if (ds->window > max)
+			ds->window = max;
+		if (ds->window < max && now_ms() >= ds->next_ramp_ms)
+		{
+			ds->window = ds->window * 2 < max ? ds->window * 2 : max;
+			ds->next_ramp_ms = now_ms() + scaled(st, RAMP_INTERVAL_MS);
+		}
+		metric_set(st->window_gauge, ds->window, (const char *const[]){ds->name});
+	}
+}
+
+/* Pauses a partition's fetch while its head is not due, its buffer is full, or its
+ * destination is paused with a message already in hand for the probe. */
+static void
+adjust_fetching(retry_state *st)
+{
+	int64_t now = wall_ms();
+
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+		bool hold;
+		rd_kafka_topic_partition_list_t *list;
+
+		if (!l->assigned)
+			continue;
+		hold = l->n >= LANE_BUFFER || (l->head && l->head->m.due_ms > now);
+		if (!hold && l->head)
+		{
+			dest_state *ds = get_dest(st, l->head->m.destination);
+
+			hold = ds->paused || ds->pausing;
+		}
+		if (hold == l->fetch_paused)
+			continue;
+		list = rd_kafka_topic_partition_list_new(1);
+		rd_kafka_topic_partition_list_add(list, l->topic, l->partition);
+		if (hold)
+			rd_kafka_pause_partitions(st->consumer, list);
+		else
+			rd_kafka_resume_partitions(st->consumer, list);
+		rd_kafka_topic_partition_list_destroy(list);
+		l->fetch_paused = hold;
+	}
+}
+
+/* ---------------------------------------------------------------- reporting */
+
+static void
+update_backlogs(retry_state *st)
+{
+	rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
+
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+		int64_t low = 0, high = 0, from = -1;
+
+		if (!l->assigned || rd_kafka_query_watermark_offsets(st->consumer, l->topic, l->partition,
+															 &low, &high, 500) != 0)
+			continue;
+		for (int k = 0; done && k < done->cnt; k++)
+			if (done->elems[k].partition == l->partition &&
+				strcmp(done->elems[k].topic, l->topic) == 0)
+				from = done->elems[k].offset;
+		if (from < 0)
+		{
+			rd_kafka_topic_partition_list_t *c = rd_kafka_topic_partition_list_new(1);
+
+			rd_kafka_topic_partition_list_add(c, l->topic, l->partition);
+			if (rd_kafka_committed(st->consumer, c, 500) == 0 && c->elems[0].offset >= 0)
+				from = c->elems[0].offset;
+			rd_kafka_topic_partition_list_destroy(c);
+		}
+		l->backlog = high - (from > low ? from : low);
+	}
+	if (done)
+		rd_kafka_topic_partition_list_destroy(done);
+}
+
+static char *
+iso_time(char *buf, size_t size, int64_t ms)
+{
+	time_t secs = (time_t) (ms / 1000);
+	struct tm tm;
+
+	gmtime_r(&secs, &tm);
+	snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+			 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (ms % 1000));
+	return buf;
+}
+
+/* Per destination and step this process owns: counters into destination_step_stats. */
+static void
+report_stats(retry_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	json_t *rows = json_array();
+	char when[80];
+
+	update_backlogs(st);
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+		const destination_config *d = partition_owner(config, l->partition);
+		step_stats *ss;
+		json_t *row;
+
+		if (!l->assigned || d == NULL || l->step < 1)
+			continue;
+		ss = &get_dest(st, d->name)->steps[l->step - 1];
+		row = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I}", "destination", d->name, "step", l->step,
+						"consecutive_failures", ss->consecutive_failures, "delivered",
+						(json_int_t) ss->delivered, "failed", (json_int_t) ss->failed, "backlog",
+						(json_int_t) l->backlog);
+		if (ss->last_error_at)
+		{
+			json_object_set_new(row, "last_error", json_string(ss->last_error));
+			json_object_set_new(row, "last_error_at",
+								json_string(iso_time(when, sizeof(when), ss->last_error_at)));
+		}
+		if (ss->last_success_at)
+			json_object_set_new(row, "last_success_at",
+								json_string(iso_time(when, sizeof(when), ss->last_success_at)));
+		json_array_append_new(rows, row);
+		metric_set(st->backlog_gauge, (double) l->backlog,
+				   (const char *const[]){d->name, l->topic});
+	}
+	if (json_array_size(rows) > 0 && pause_state_report_stats(st->pauses, rows))
+		for (int i = 0; i < st->n_dests; i++)
+			for (int s = 0; s < RETRY_STEPS; s++)
+			{
+				step_stats *ss = &st->dests[i]->steps[s];
+
+				ss->delivered = ss->failed = 0;
+				ss->last_error_at = ss->last_success_at = 0;
+			}
+	json_decref(rows);
+}
+
+/* ---------------------------------------------------------------- Kafka plumbing */
+
+static void
+drop_lane_messages(retry_state *st, lane *l)
+{
+	while (l->head)
+		queued_free(lane_pop(l));
+	(void) st;
+}
+
+static void
+on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+			 void *opaque)
+{
+	retry_state *st = opaque;
+
+	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+	{
+		log_info("event=assigned partitions=%d", parts->cnt);
+		rd_kafka_assign(rk, parts);
+		for (int i = 0; i < parts->cnt; i++)
+		{
+			lane *l = get_lane(st, parts->elems[i].topic, parts->elems[i].partition);
+
+			l->assigned = true;
+			l->fetch_paused = false;
+		}
+		st->assigned = true;
+		return;
+	}
+	{
+		rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
+
+		if (done)
+		{
+			rd_kafka_commit(rk, done, 0);
+			rd_kafka_topic_partition_list_destroy(done);
+		}
+	}
+	tracker_forget(st->tracker, parts);
+	for (int i = 0; i < parts->cnt; i++)
+	{
+		lane *l = find_lane(st, parts->elems[i].topic, parts->elems[i].partition);
+
+		if (l)
+		{
+			l->assigned = false;
+			drop_lane_messages(st, l);
+		}
+	}
+	log_info("event=revoked partitions=%d", parts->cnt);
+	rd_kafka_assign(rk, NULL);
+	st->assigned = false;
+}
+
+static void
+commit_done_offsets(retry_state *st, bool sync)
+{
+	rd_kafka_topic_partition_list_t *list =
+		sync ? tracker_all_committable(st->tracker) : tracker_take_committable(st->tracker);
+	rd_kafka_resp_err_t err;
+
+	if (list == NULL)
+		return;
+	err = rd_kafka_commit(st->consumer, list, sync ? 0 : 1);
+	if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		log_warn("event=commit_failed error=\"%s\" msg=\"will commit again later\"",
+				 rd_kafka_err2str(err));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+static rd_kafka_t *
+create_consumer(retry_state *st, char *errbuf, size_t errbuf_size)
+{
+	kafka_default defaults[] = {
+		{"group.id", "wal_delivery.retry"},    {"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"}, {"auto.offset.reset", "earliest"},
+		{"client.id", "wal-worker-retry"},     {"queued.max.messages.kbytes", "16384"},
+	};
+	const control_plane_config *config = config_watch_current(st->watch);
+	rd_kafka_conf_t *conf =
+		kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
+						 config->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_t *rk;
+
+	if (conf == NULL)
+		return NULL;
+	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+	rd_kafka_conf_set_opaque(conf, st);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
+	if (rk == NULL)
+		return NULL;
+	rd_kafka_poll_set_consumer(rk);
+	topics = rd_kafka_topic_partition_list_new(RETRY_STEPS);
+	for (int step = 1; step <= RETRY_STEPS; step++)
+	{
+		char name[512];
+
+		snprintf(name, sizeof(name), "%s%d", config->retry_topic_prefix, step);
+		rd_kafka_topic_partition_list_add(topics, name, RD_KAFKA_PARTITION_UA);
+	}
+	rd_kafka_subscribe(rk, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	return rk;
+}
+
+static void
+register_metrics(retry_state *st)
+{
+	static const char *const dest[] = {"destination"};
+	static const char *const dest_step[] = {"destination", "topic"};
+
+	st->delivered = metric_counter("wal_retry_delivered_total",
+								   "Retried copies delivered with a 2xx answer.", 2, dest_step);
+	st->failed = metric_counter("wal_retry_failed_total", "Retry attempts that failed.", 3,
+								(const char *const[]){"destination", "topic", "outcome"});
+	st->handed_off = metric_counter("wal_retry_handed_off_total",
+									"Copies handed to the next retry step or the DLQ.", 2,
+									(const char *const[]){"destination", "to"});
+	st->bad_messages = metric_counter(
+		"wal_retry_bad_messages_total",
+		"Retry messages that could not be scheduled (bad headers, unknown destination).", 0, NULL);
+	st->probes = metric_counter("wal_probes_total", "Half-open probes this process made.", 2,
+								(const char *const[]){"destination", "outcome"});
+	st->paused_gauge =
+		metric_gauge("wal_destination_paused",
+					 "1 while the destination is paused on every retry step.", 1, dest);
+	st->window_gauge = metric_gauge(
+		"wal_retry_window", "Attempts allowed in flight (ramps up after a pause).", 1, dest);
+	st->backlog_gauge =
+		metric_gauge("wal_retry_backlog",
+					 "Messages waiting in the destination's partition of a step.", 2, dest_step);
+}
+
+static bool
+retry_ready(void *arg)
+{
+	return ((retry_state *) arg)->assigned;
+}
+
+static char *
+retry_config_json(void *arg)
+{
+	return config_watch_json_for_peers(((retry_state *) arg)->watch);
+}
+
+static int
+busy(const retry_state *st)
+{
+	return http_engine_pending(st->http, NULL) + handoff_pending(st->handoff);
+}
+
+static void
+pause_all_fetching(retry_state *st)
+{
+	rd_kafka_topic_partition_list_t *assignment = NULL;
+
+	if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		rd_kafka_pause_partitions(st->consumer, assignment);
+		rd_kafka_topic_partition_list_destroy(assignment);
+	}
+	for (int i = 0; i < st->n_lanes; i++)
+		st->lanes[i]->fetch_paused = true;
+}
+
+int
+run_retry(const worker_options *opts)
+{
+	retry_state st = {.opts = opts};
+	char errbuf[512], holder[128];
+	admin_server *admin = NULL;
+	int64_t shutdown_deadline = 0;
+
+	signal(SIGTERM, on_stop_signal);
+	signal(SIGINT, on_stop_signal);
+	signal(SIGPIPE, SIG_IGN);
+	register_metrics(&st);
+
+	st.watch = config_watch_start(opts, &stop_requested);
+	if (st.watch == NULL)
+		return stop_requested ? 0 : 1;
+	if (opts->admin_port > 0)
+	{
+		admin_handlers handlers = {retry_ready, retry_config_json, &st};
+
+		admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
+		if (admin == NULL)
+		{
+			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+			return 1;
+		}
+	}
+	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
+	st.pauses = pause_state_new(opts, holder);
+	st.tracker = tracker_new();
+	st.consumer = create_consumer(&st, errbuf, sizeof(errbuf));
+	st.handoff = st.consumer ? handoff_producer_new(opts, config_watch_current(st.watch),
+													on_handed_off, &st, errbuf, sizeof(errbuf))
+							 : NULL;
+	if (st.consumer == NULL || st.handoff == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return 1;
+	}
+	st.http = http_engine_new(256);
+	log_info("event=started time_scale=%g config_version=%" PRId64, opts->time_scale,
+			 config_watch_current(st.watch)->version);
+
+	for (;;)
+	{
+		rd_kafka_message_t *rkm;
+
+		if (stop_requested && shutdown_deadline == 0)
+		{
+			log_info("event=stopping in_flight=%d", busy(&st));
+			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
+			pause_all_fetching(&st);
+		}
+		if (shutdown_deadline && (busy(&st) == 0 || now_ms() > shutdown_deadline))
+			break;
+
+		rkm = rd_kafka_consumer_poll(st.consumer, busy(&st) ? 0 : 20);
+		if (rkm)
+		{
+			if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				on_message(&st, rkm);
+			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+			rd_kafka_message_destroy(rkm);
+		}
+		config_watch_poll(st.watch);
+		follow_pauses(&st);
+		if (!shutdown_deadline)
+		{
+			ramp_up(&st);
+			dispatch_due(&st);
+			probe_paused(&st);
+		}
+		http_engine_poll(st.http, busy(&st) && !rkm ? 10 : 0);
+		handoff_poll(st.handoff);
+		if (now_ms() >= st.next_commit_ms)
+		{
+			commit_done_offsets(&st, false);
+			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
+		}
+		if (now_ms() >= st.next_report_ms)
+		{
+			report_stats(&st);
+			st.next_report_ms = now_ms() + REPORT_INTERVAL_MS;
+		}
+		if (!shutdown_deadline)
+			adjust_fetching(&st);
+	}
+
+	http_engine_free(st.http);
+	handoff_producer_free(st.handoff);
+	commit_done_offsets(&st, true);
+	rd_kafka_consumer_close(st.consumer);
+	rd_kafka_destroy(st.consumer);
+	for (int i = 0; i < st.n_lanes; i++)
+	{
+		drop_lane_messages(&st, st.lanes[i]);
+		free(st.lanes[i]->topic);
+		free(st.lanes[i]);
+	}
+	free(st.lanes);
+	for (int i = 0; i < st.n_dests; i++)
+	{
+		free(st.dests[i]->name);
+		free(st.dests[i]);
+	}
+	free(st.dests);
+	tracker_free(st.tracker);
+	pause_state_free(st.pauses);
+	if (admin)
+		admin_server_stop(admin);
+	config_watch_stop(st.watch);
+	log_info("event=stopped");
+	return 0;
+}
