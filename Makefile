@@ -9,13 +9,13 @@ MODULE_big = wal_delivery
 OBJS       = $(patsubst %.c,%.o,$(wildcard src/ext/*.c))
 DATA       = $(wildcard sql/wal_delivery--*.sql)
 # pg_regress tests (sql/NAME.sql, expected/NAME.out), run in this order.
-REGRESS    = extension config enqueue state_machine retention security upgrade
+REGRESS    = extension config enqueue state_machine retention security archive upgrade
 REGRESS_OPTS = --load-extension=wal_delivery
 # -Wextra, less the two checks every fmgr function (unused fcinfo) and every PG-style
 # partial initialiser trips.
 PG_CFLAGS  = -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 PG_CPPFLAGS = -Isrc/ext
-SHLIB_LINK = -lrdkafka
+SHLIB_LINK = -lrdkafka -lcurl -lz
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
