@@ -48,6 +48,7 @@ typedef struct process_state
 	metric *batch_seconds;
 	metric *last_batch_seconds;
 	metric *db_errors;
+	metric *sql_timeouts;
 } process_state;
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -95,6 +96,9 @@ register_metrics(process_state *st)
 					   "Time spent running batches, claim to last outcome.", 0, NULL);
 	st->last_batch_seconds =
 		metric_gauge("wal_process_last_batch_seconds", "How long the last batch took.", 0, NULL);
+	st->sql_timeouts = metric_counter(
+		"wal_process_sql_timeouts_total",
+		"SQL processor calls cancelled because a processor outlived the lease.", 0, NULL);
 	st->db_errors =
 		metric_counter("wal_process_db_errors_total",
 					   "Database calls that failed (rows wait for their lease).", 0, NULL);
@@ -202,7 +206,9 @@ run_batch(process_state *st, claimed_row *rows, int n)
 	run_http_processors(results + n_sql, n - n_sql);
 	if (n - n_sql > 0)
 		db_ok = finish_attempts(st->db, results + n_sql, n - n_sql) && db_ok;
-	if (!db_ok)
+	if (timed_out)
+		metric_add(st->sql_timeouts, 1, NULL);
+	else if (!db_ok)
 		metric_add(st->db_errors, 1, NULL);
 
 	for (int i = 0; i < n; i++)

@@ -1,0 +1,355 @@
+"""`wal-worker process`: records of processing topics go pending -> processing -> processed
+-> stored, with a SQL processor (run in the database) or an HTTP transform service, and
+reach Kafka processed with their idempotency key. The lease fences every write: a crashed
+processor's rows come back after the lease, a late result is refused, two processors
+never claim the same row, and a row is processed once. Failures count attempts; after the
+last one the row is in dead_letters. Transitions are counted by a trigger (process_helpers)."""
+import json
+import signal
+import time
+
+import pytest
+
+from conftest import connect
+from consumer_helpers import Worker
+from process_helpers import (TransformServer, install_audit, make_processing_topic, remove_audit,
+                             transitions, wrap)
+from relay_helpers import ensure_extension, read_topic, report, states, wait_all_stored, wait_until
+
+SQL_WRAP = """
+CREATE OR REPLACE FUNCTION proc_test.wrap(p bytea) RETURNS bytea LANGUAGE sql AS $$
+    SELECT convert_to(jsonb_build_object('wrapped', convert_from(p, 'UTF8')::jsonb,
+                                         'by', 'sql')::text, 'UTF8')
+$$"""
+
+
+@pytest.fixture(autouse=True)
+def setup():
+    ensure_extension()
+    install_audit()
+    with connect() as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS proc_test")
+        conn.execute(SQL_WRAP)
+    yield
+    remove_audit()
+
+
+@pytest.fixture
+def workers():
+    started = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.stop(signal.SIGKILL, timeout=5)
+
+
+def start(workers, tmp_path, name):
+    w = Worker(tmp_path, "process", conninfo=f"application_name={name}")
+    workers.append(w)
+    return w
+
+
+def enqueue_json(conn, topic, keys):
+    conn.execute("SELECT wal_enqueue_batch(%s, %s::jsonb[], %s)",
+                 (topic, [json.dumps({"key": k}) for k in keys], keys))
+
+
+def assert_processed_once(conn, topic, n):
+    processed = transitions(conn, topic, "processed")
+    assert len(processed) == n and set(processed.values()) == {1}, \
+        f"every row reaches processed exactly once: {sorted(processed.values())[-3:]}"
+
+
+def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path, kafka_bootstrap,
+                                                                        unique, workers):
+    sql_topic, http_topic = f"proc.sql.{unique}", f"proc.http.{unique}"
+    transform = TransformServer()
+    try:
+        with connect() as conn:
+            make_processing_topic(conn, sql_topic, "sql", "proc_test.wrap")
+            make_processing_topic(conn, http_topic, "http", transform.url)
+            keys = [f"k{i:03}" for i in range(60)]
+            enqueue_json(conn, sql_topic, keys)
+            enqueue_json(conn, http_topic, keys)
+            # Nothing ships before it is processed.
+            time.sleep(2)
+            assert states(conn, sql_topic) == {"pending": 60}
+            w = start(workers, tmp_path, "p1")
+            wait_all_stored(conn, sql_topic, 60)
+            wait_all_stored(conn, http_topic, 60)
+            assert_processed_once(conn, sql_topic, 60)
+            assert_processed_once(conn, http_topic, 60)
+
+        from_sql = read_topic(kafka_bootstrap, sql_topic, keys)
+        from_http = read_topic(kafka_bootstrap, http_topic, keys)
+        assert set(from_sql) == set(keys) and set(from_http) == set(keys)
+        for k in keys:
+            assert json.loads(from_sql[k][0]["value"]) == {"wrapped": {"key": k}, "by": "sql"}
+            assert json.loads(from_http[k][0]["value"]) == {"transformed": {"key": k}, "call": 1}
+            assert from_sql[k][0]["headers"]["idempotency-key"] == k
+        sent = transform.requests[0]
+        assert sent["headers"]["Content-Type"] == "application/json"
+        assert sent["headers"]["Idempotency-Key"] in keys
+        assert json.loads(sent["body"]) == {"key": sent["headers"]["Idempotency-Key"]}
+        assert transform.count() == 60, "each HTTP row transformed once"
+
+        assert w.metric("wal_process_claimed_total") == 120
+        assert w.metric("wal_process_processed_total", topic=sql_topic) == 60
+        assert w.metric("wal_process_processed_total", topic=http_topic) == 60
+        assert w.metric("wal_process_batches_total") >= 2
+        assert w.metric("wal_process_batch_seconds_total") > 0
+        assert w.stop() == 0
+        assert "event=stopped" in w.output()
+    finally:
+        transform.stop()
+
+
+def test_kill9_mid_batch_rows_come_back_after_the_lease_and_are_processed_once(
+        tmp_path, kafka_bootstrap, unique, workers):
+    topic = f"proc.kill.{unique}"
+    transform = TransformServer(lambda key, call, body: (200, wrap(body, call), 1.0))
+    try:
+        with connect() as conn:
+            make_processing_topic(conn, topic, "http", transform.url, processing_lease="3 seconds")
+            keys = [f"k{i:03}" for i in range(250)]
+            enqueue_json(conn, topic, keys)
+            first = start(workers, tmp_path, "victim")
+            wait_until(lambda: transform.count() >= 50, 30, what="a batch in flight")
+            first.stop(signal.SIGKILL)
+            held = conn.execute("SELECT id FROM wal_delivery.outbox WHERE topic = %s"
+                                " AND state = 'processing'", (topic,)).fetchall()
+            assert held, "the kill left rows in processing"
+            second = start(workers, tmp_path, "survivor")
+            wait_all_stored(conn, topic, 250, timeout=120)
+            assert_processed_once(conn, topic, 250)
+            claims = transitions(conn, topic, "processing")
+            assert all(claims[i] >= 2 for (i,) in held), "each held row was claimed again"
+            again = conn.execute("SELECT count(*) FROM public.process_audit WHERE topic = %s"
+                                 " AND state = 'processing' AND app = 'survivor' AND outbox_id"
+                                 " = ANY(%s)", (topic, [i for (i,) in held])).fetchone()[0]
+            assert again == len(held), "the survivor took over every row the victim held"
+        seen = read_topic(kafka_bootstrap, topic, keys)
+        assert set(seen) == set(keys)
+        report(f"process kill -9: {len(held)} rows held at the kill, all 250 processed once"
+               f" and shipped, {transform.count()} transform calls")
+        assert second.stop() == 0
+    finally:
+        transform.stop()
+
+
+# The first call sleeps past the 1 s lease: 1.5 s returns a late result (refused); 3 s
+# outlives the worker's statement timeout (lease + 1 s), which cancels the call.
+SQL_SLOW_FIRST = """
+CREATE SEQUENCE IF NOT EXISTS proc_test.slow_calls;
+CREATE OR REPLACE FUNCTION proc_test.slow_first(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+DECLARE
+    call bigint := nextval('proc_test.slow_calls');
+BEGIN
+    IF call = 1 THEN
+        PERFORM pg_sleep(current_setting('proc_test.first_sleep')::float);
+    END IF;
+    RETURN convert_to(jsonb_build_object('call', call)::text, 'UTF8');
+END $$"""
+
+
+@pytest.mark.parametrize("case", ["http", "sql-late", "sql-hung"])
+def test_a_processor_slower_than_the_lease_writes_nothing_and_the_next_holder_wins(
+        tmp_path, kafka_bootstrap, unique, workers, case):
+    kind = case.split("-")[0]
+    topic = f"proc.late.{case}.{unique}"
+    transform = TransformServer(lambda key, call, body: (200, wrap(body, call), 3.0 if call == 1 else 0))
+    try:
+        with connect() as conn:
+            if kind == "sql":
+                conn.execute("DROP SEQUENCE IF EXISTS proc_test.slow_calls")
+                conn.execute(SQL_SLOW_FIRST)
+                conn.execute(f"ALTER DATABASE {conn.info.dbname} SET proc_test.first_sleep ="
+                             f" '{1.5 if case == 'sql-late' else 3}'")
+            processor = transform.url if kind == "http" else "proc_test.slow_first"
+            make_processing_topic(conn, topic, kind, processor, processing_lease="1 second")
+            enqueue_json(conn, topic, ["only"])
+            slow = start(workers, tmp_path, "slow")
+            wait_until(lambda: transitions(conn, topic, "processing"), 20, what="the first claim")
+            fast = start(workers, tmp_path, "fast")
+            wait_all_stored(conn, topic, 1, timeout=30)
+            if case == "sql-hung":
+                wait_until(lambda: slow.metric("wal_process_sql_timeouts_total") == 1, 20,
+                           what="the hung call cancelled")
+                assert "canceling statement due to statement timeout" in slow.output()
+            else:
+                wait_until(lambda: slow.metric("wal_process_results_refused_total", topic=topic) == 1,
+                           20, what="the late result refused")
+                assert "event=result_refused" in slow.output()
+            assert_processed_once(conn, topic, 1)
+            assert sum(transitions(conn, topic, "processing").values()) == 2
+        seen = read_topic(kafka_bootstrap, topic, ["only"])
+        assert len(seen["only"]) == 1
+        value = json.loads(seen["only"][0]["value"])
+        assert value["call"] == 2, "Kafka has the next holder's payload, not the late one"
+        assert slow.metric("wal_process_processed_total", topic=topic) + \
+            fast.metric("wal_process_processed_total", topic=topic) == 1
+    finally:
+        transform.stop()
+
+
+SQL_ALWAYS_FAILS = """
+CREATE OR REPLACE FUNCTION proc_test.always_fails(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot enrich %', convert_from(p, 'UTF8') USING ERRCODE = 'data_exception';
+END $$"""
+
+
+@pytest.mark.parametrize("kind", ["http", "sql"])
+def test_a_processor_that_always_fails_gets_exactly_five_attempts_then_dead_letters(
+        tmp_path, unique, workers, kind):
+    topic = f"proc.fail.{kind}.{unique}"
+    transform = TransformServer(lambda key, call, body: (500, b"boom", 0))
+    try:
+        with connect() as conn:
+            conn.execute(SQL_ALWAYS_FAILS)
+            processor = transform.url if kind == "http" else "proc_test.always_fails"
+            make_processing_topic(conn, topic, kind, processor, processing_backoff="50 milliseconds")
+            enqueue_json(conn, topic, ["doomed"])
+            w = start(workers, tmp_path, "p1")
+            wait_until(lambda: states(conn, topic) == {"dead": 1}, 30, what="the row dead")
+            time.sleep(1)  # a sixth attempt would show now
+            dead = conn.execute("SELECT origin, attempts, last_error, convert_from(payload, 'UTF8')"
+                                " FROM wal_delivery.dead_letters WHERE topic = %s", (topic,)).fetchall()
+            assert len(dead) == 1
+            origin, attempts, error, payload = dead[0]
+            assert (origin, attempts, json.loads(payload)) == ("processing", 5, {"key": "doomed"})
+            if kind == "http":
+                assert error == f"{transform.url} answered HTTP 500"
+                assert transform.count() == 5
+            else:
+                assert "cannot enrich" in error and "22000" in error
+            assert sum(transitions(conn, topic, "processing").values()) == 5
+        assert w.metric("wal_process_failed_total", topic=topic) == 5
+        assert w.metric("wal_process_dead_total", topic=topic) == 1
+        assert w.output().count("event=processing_failed") == 5
+        assert "next=dead_letters" in w.output()
+        assert w.proc.poll() is None, "still running"
+    finally:
+        transform.stop()
+
+
+SQL_SLOWISH_IDENTITY = """
+CREATE OR REPLACE FUNCTION proc_test.slowish(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(0.002);
+    RETURN p;
+END $$"""
+
+
+def test_two_processors_on_one_backlog_never_claim_the_same_row(tmp_path, kafka_bootstrap, unique,
+                                                                workers):
+    topic = f"proc.two.{unique}"
+    n = 1500
+    with connect() as conn:
+        conn.execute(SQL_SLOWISH_IDENTITY)
+        make_processing_topic(conn, topic, "sql", "proc_test.slowish")
+        keys = [f"k{i:04}" for i in range(n)]
+        enqueue_json(conn, topic, keys)
+        a, b = start(workers, tmp_path, "pa"), start(workers, tmp_path, "pb")
+        wait_all_stored(conn, topic, n, timeout=120)
+        claims = transitions(conn, topic, "processing")
+        assert len(claims) == n and set(claims.values()) == {1}, "each row claimed exactly once"
+        assert_processed_once(conn, topic, n)
+        by_worker = dict(conn.execute("SELECT app, count(*) FROM public.process_audit WHERE topic = %s"
+                                      " AND state = 'processing' GROUP BY 1", (topic,)).fetchall())
+    assert by_worker.get("pa", 0) > 0 and by_worker.get("pb", 0) > 0, by_worker
+    assert a.metric("wal_process_claimed_total") == by_worker["pa"]
+    assert b.metric("wal_process_claimed_total") == by_worker["pb"]
+    report(f"process, two workers on {n} rows: claims {by_worker}, none twice")
+    seen = read_topic(kafka_bootstrap, topic, keys)
+    assert set(seen) == set(keys)
+    assert json.loads(seen["k0007"][0]["value"]) == {"key": "k0007"}
+
+
+def bad_then_good(bad):
+    """An HTTP answer that is `bad` for a key's first two calls, then the usual transform."""
+    def answer(key, call, body):
+        return bad if call <= 2 else (200, wrap(body, call), 0)
+    return answer
+
+
+SQL_BAD = """
+CREATE SEQUENCE IF NOT EXISTS proc_test.bad_calls;
+CREATE OR REPLACE FUNCTION proc_test.raises_twice(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('proc_test.bad_calls') <= 2 THEN
+        RAISE EXCEPTION 'not yet';
+    END IF;
+    RETURN p;
+END $$;
+CREATE OR REPLACE FUNCTION proc_test.returns_null(p bytea) RETURNS bytea LANGUAGE sql AS $$ SELECT NULL::bytea $$;
+CREATE OR REPLACE FUNCTION proc_test.returns_garbage(p bytea) RETURNS bytea LANGUAGE sql AS $$ SELECT '\\x00ff'::bytea $$;
+CREATE OR REPLACE FUNCTION proc_test.comes_and_goes(p bytea) RETURNS bytea LANGUAGE sql AS $$ SELECT p $$;
+"""
+
+
+def test_bad_processors_count_attempts_log_and_lose_nothing(tmp_path, kafka_bootstrap, unique, workers):
+    cases = {  # topic suffix: (kind, processor, HTTP answer, expected error text)
+        "garbage": ("http", bad_then_good((200, b"<html>not json", 0)), "not JSON"),
+        "status500": ("http", bad_then_good((500, b"oops", 0)), "answered HTTP 500"),
+        "timeout": ("http", bad_then_good((200, b"{}", 2.0)), "did not answer within 500 ms"),
+        "raises": ("sql", "proc_test.raises_twice", "not yet"),
+        "null": ("sql", "proc_test.returns_null", "returned NULL"),
+        "sqlgarbage": ("sql", "proc_test.returns_garbage", "not JSON"),
+        "missing": ("sql", "proc_test.comes_and_goes", "does not exist"),
+    }
+    servers = []
+    try:
+        with connect() as conn:
+            conn.execute("DROP SEQUENCE IF EXISTS proc_test.bad_calls")
+            conn.execute(SQL_BAD)
+            for name, (kind, processor, _) in cases.items():
+                if kind == "http":
+                    servers.append(TransformServer(processor))
+                    processor = servers[-1].url
+                topic = f"proc.bad.{name}.{unique}"
+                make_processing_topic(conn, topic, kind, processor, processing_backoff="50 milliseconds",
+                                      processing_timeout="500 milliseconds",
+                                      processing_max_attempts=5 if name not in ("null", "sqlgarbage") else 2)
+                enqueue_json(conn, topic, [f"{name}-1", f"{name}-2"])
+            conn.execute("DROP FUNCTION proc_test.comes_and_goes(bytea)")
+            w = start(workers, tmp_path, "p1")
+
+            def topic(name):
+                return f"proc.bad.{name}.{unique}"
+
+            # Failing for good: each attempt counted, then dead_letters with the error.
+            for name in ("null", "sqlgarbage"):
+                wait_until(lambda: states(conn, topic(name)) == {"dead": 2}, 30, what=f"{name} dead")
+            # Failing twice, then good: processed and shipped on the third attempt.
+            wait_until(lambda: w.metric("wal_process_failed_total", topic=topic("missing")) >= 4, 30,
+                       what="the missing function's attempts")
+            conn.execute("CREATE FUNCTION proc_test.comes_and_goes(p bytea) RETURNS bytea"
+                         " LANGUAGE sql AS $$ SELECT p $$")
+            for name in ("garbage", "status500", "timeout", "raises", "missing"):
+                wait_all_stored(conn, topic(name), 2, timeout=60)
+            for name, (kind, _, error) in cases.items():
+                assert error in w.output(), f"{name}: the log names the error"
+                assert w.metric("wal_process_failed_total", topic=topic(name)) >= 2, name
+                attempts = conn.execute("SELECT max(attempts) FROM wal_delivery.outbox WHERE topic = %s",
+                                        (topic(name),)).fetchone()[0]
+                if name in ("null", "sqlgarbage"):
+                    assert attempts == 2
+                    errors = [r[0] for r in conn.execute(
+                        "SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s", (topic(name),))]
+                    assert len(errors) == 2 and all(error in e for e in errors), errors
+                elif name == "missing":
+                    assert attempts >= 3
+                else:
+                    # The HTTP ones fail each key's first two calls; raises_twice fails the
+                    # first two calls overall, the first attempt of both rows (one batch).
+                    assert attempts == (3 if kind == "http" else 2), name
+            for name in ("garbage", "status500", "timeout", "raises", "missing"):
+                seen = read_topic(kafka_bootstrap, topic(name), [f"{name}-1", f"{name}-2"])
+                assert set(seen) == {f"{name}-1", f"{name}-2"}, f"{name}: nothing lost"
+            assert json.loads(seen["missing-1"][0]["value"]) == {"key": "missing-1"}
+        assert w.proc.poll() is None, "the worker survived every bad processor"
+        assert "Segmentation" not in w.output()
+    finally:
+        for s in servers:
+            s.stop()
