@@ -44,6 +44,8 @@ main(int argc, char **argv)
 		return run_consume(&opts);
 	if (strcmp(opts.role, "dlq") == 0)
 		return run_dlq(&opts);
+	if (strcmp(opts.role, "retry") == 0)
+		return run_retry(&opts);
 	if (strcmp(opts.role, "process") == 0)
 		return run_process(&opts);
 

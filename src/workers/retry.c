@@ -3,9 +3,11 @@
  *
  * Each destination owns one partition on every step topic (its retry_partition); one
  * "lane" here is one assigned partition of one step. A lane keeps the messages fetched
- * from it in order; its head is delivered when due (see retry_message.h), and the lane's
- * Kafka partition is paused while its head is not due or its buffer is full, while the
- * consumer keeps polling. Delivery goes straight to the destination: success is done,
+ * from it in order and delivers each when due (see retry_message.h); their jitter makes
+ * them due slightly out of order, so any due message in the lane may go. The lane's Kafka
+ * partition is paused (the consumer keeps polling) while its newest message is not due
+ * yet even without jitter, since nothing entered after it can be due earlier, or while
+ * its buffer is full. Delivery goes straight to the destination: success is done,
  * a transient failure moves the message to the next step (step 3: the DLQ), a permanent
  * one to the DLQ. Offsets commit only up to messages whose outcome is durable.
  *
@@ -40,6 +42,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/offset_tracker.h"
+#include "common/partition_backlog.h"
 #include "common/pause_state.h"
 #include "common/retry_message.h"
 #include "common/webhook.h"
@@ -113,6 +116,7 @@ typedef struct retry_state
 	http_engine *http;
 	handoff_producer *handoff;
 	offset_tracker *tracker;
+	partition_backlog *backlogs;
 	lane **lanes;
 	int n_lanes;
 	dest_state **dests;
@@ -224,17 +228,25 @@ lane_push_head(lane *l, queued *q)
 	l->n++;
 }
 
+/* Takes q, which follows prev (NULL: q is the head), out of the lane. */
 static queued *
-lane_pop(lane *l)
+lane_take(lane *l, queued *prev, queued *q)
 {
-	queued *q = l->head;
-
-	l->head = q->next;
-	if (l->head == NULL)
-		l->tail = NULL;
+	if (prev)
+		prev->next = q->next;
+	else
+		l->head = q->next;
+	if (l->tail == q)
+		l->tail = prev;
 	l->n--;
 	q->next = NULL;
 	return q;
+}
+
+static queued *
+lane_pop(lane *l)
+{
+	return lane_take(l, NULL, l->head);
 }
 
 static void
@@ -455,7 +467,7 @@ can_start(const dest_state *ds, const destination_config *d, int step)
 		   ss->consecutive_failures + ss->in_flight < d->pause_after_failures;
 }
 
-/* Starts every due head message its destination has room for. */
+/* Starts every due message its destination has room for, oldest entry first. */
 static void
 dispatch_due(retry_state *st)
 {
@@ -465,27 +477,52 @@ dispatch_due(retry_state *st)
 	for (int i = 0; i < st->n_lanes; i++)
 	{
 		lane *l = st->lanes[i];
+		queued *prev = NULL, *q = l->assigned ? l->head : NULL;
 
-		while (l->assigned && l->head && l->head->m.due_ms <= now)
+		while (q)
 		{
-			queued *q = l->head;
-			const destination_config *d = config_find_destination(config, q->m.destination);
+			queued *next = q->next;
+			const destination_config *d;
 			dest_state *ds;
 
+			if (q->m.due_ms > now)
+			{
+				prev = q;
+				q = next;
+				continue;
+			}
+			d = config_find_destination(config, q->m.destination);
 			if (d == NULL)
 			{
 				/* Deleted while it had queued retries. */
 				free(q->m.bad);
 				q->m.bad = strdup("destination no longer exists");
-				send_bad_to_dlq(st, lane_pop(l));
+				send_bad_to_dlq(st, lane_take(l, prev, q));
+				q = next;
 				continue;
 			}
 			ds = get_dest(st, d->name);
 			if (!can_start(ds, d, l->step))
 				break;
-			deliver(st, ds, d, lane_pop(l));
+			deliver(st, ds, d, lane_take(l, prev, q));
+			q = next;
 		}
 	}
+}
+
+/* The lane's first due message and the one before it; NULL when none is due. */
+static queued *
+first_due(lane *l, int64_t now, queued **prev_out)
+{
+	queued *prev = NULL;
+
+	for (queued *q = l->head; q; prev = q, q = q->next)
+		if (q->m.due_ms <= now)
+		{
+			*prev_out = prev;
+			return q;
+		}
+	return NULL;
 }
 
 /* While a destination is paused: one due message as the probe, if this process wins it. */
@@ -498,14 +535,12 @@ probe_paused(retry_state *st)
 	for (int i = 0; i < st->n_lanes; i++)
 	{
 		lane *l = st->lanes[i];
+		queued *prev = NULL, *q = l->assigned ? first_due(l, now, &prev) : NULL;
 		const destination_config *d;
 		dest_state *ds;
 		int64_t next_probe;
 
-		if (!l->assigned || l->head == NULL || l->head->m.due_ms > now)
-			continue;
-		d = config_find_destination(config, l->head->m.destination);
-		if (d == NULL)
+		if (q == NULL || (d = config_find_destination(config, q->m.destination)) == NULL)
 			continue;
 		ds = get_dest(st, d->name);
 		next_probe = pause_state_next_probe_ms(st->pauses, d->name);
@@ -516,10 +551,10 @@ probe_paused(retry_state *st)
 		if (!pause_state_claim_probe(st->pauses, d->name, d->timeout_ms + PROBE_LEASE_SLACK_MS))
 			continue;
 		log_warn("event=probe destination=%s step=%d key=%s", d->name, l->step,
-				 l->head->m.msg.idempotency_key);
+				 q->m.msg.idempotency_key);
 		ds->probing = true;
-		l->head->probe = true;
-		deliver(st, ds, d, lane_pop(l));
+		q->probe = true;
+		deliver(st, ds, d, lane_take(l, prev, q));
 	}
 }
 
@@ -577,8 +612,9 @@ ramp_up(retry_state *st)
 	}
 }
 
-/* Pauses a partition's fetch while its head is not due, its buffer is full, or its
- * destination is paused with a message already in hand for the probe. */
+/* Pauses a partition's fetch while its newest message is not due even without jitter, its
+ * buffer is full, or its destination is paused with a message already in hand for the
+ * probe. */
 static void
 adjust_fetching(retry_state *st)
 {
@@ -592,7 +628,7 @@ adjust_fetching(retry_state *st)
 
 		if (!l->assigned)
 			continue;
-		hold = l->n >= LANE_BUFFER || (l->head && l->head->m.due_ms > now);
+		hold = l->n >= LANE_BUFFER || (l->tail && l->tail->m.earliest_ms > now);
 		if (!hold && l->head)
 		{
 			dest_state *ds = get_dest(st, l->head->m.destination);
@@ -614,38 +650,6 @@ adjust_fetching(retry_state *st)
 
 /* ---------------------------------------------------------------- reporting */
 
-static void
-update_backlogs(retry_state *st)
-{
-	rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
-
-	for (int i = 0; i < st->n_lanes; i++)
-	{
-		lane *l = st->lanes[i];
-		int64_t low = 0, high = 0, from = -1;
-
-		if (!l->assigned || rd_kafka_query_watermark_offsets(st->consumer, l->topic, l->partition,
-															 &low, &high, 500) != 0)
-			continue;
-		for (int k = 0; done && k < done->cnt; k++)
-			if (done->elems[k].partition == l->partition &&
-				strcmp(done->elems[k].topic, l->topic) == 0)
-				from = done->elems[k].offset;
-		if (from < 0)
-		{
-			rd_kafka_topic_partition_list_t *c = rd_kafka_topic_partition_list_new(1);
-
-			rd_kafka_topic_partition_list_add(c, l->topic, l->partition);
-			if (rd_kafka_committed(st->consumer, c, 500) == 0 && c->elems[0].offset >= 0)
-				from = c->elems[0].offset;
-			rd_kafka_topic_partition_list_destroy(c);
-		}
-		l->backlog = high - (from > low ? from : low);
-	}
-	if (done)
-		rd_kafka_topic_partition_list_destroy(done);
-}
-
 static char *
 iso_time(char *buf, size_t size, int64_t ms)
 {
@@ -666,7 +670,6 @@ report_stats(retry_state *st)
 	json_t *rows = json_array();
 	char when[80];
 
-	update_backlogs(st);
 	for (int i = 0; i < st->n_lanes; i++)
 	{
 		lane *l = st->lanes[i];
@@ -676,11 +679,13 @@ report_stats(retry_state *st)
 
 		if (!l->assigned || d == NULL || l->step < 1)
 			continue;
+		l->backlog = partition_backlog_get(st->backlogs, l->topic, l->partition);
 		ss = &get_dest(st, d->name)->steps[l->step - 1];
-		row = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I}", "destination", d->name, "step", l->step,
+		row = json_pack("{s:s, s:i, s:i, s:I, s:I}", "destination", d->name, "step", l->step,
 						"consecutive_failures", ss->consecutive_failures, "delivered",
-						(json_int_t) ss->delivered, "failed", (json_int_t) ss->failed, "backlog",
-						(json_int_t) l->backlog);
+						(json_int_t) ss->delivered, "failed", (json_int_t) ss->failed);
+		if (l->backlog >= 0)
+			json_object_set_new(row, "backlog", json_integer(l->backlog));
 		if (ss->last_error_at)
 		{
 			json_object_set_new(row, "last_error", json_string(ss->last_error));
@@ -732,6 +737,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 
 			l->assigned = true;
 			l->fetch_paused = false;
+			partition_backlog_watch(st->backlogs, l->topic, l->partition, true);
 		}
 		st->assigned = true;
 		return;
@@ -754,6 +760,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		{
 			l->assigned = false;
 			drop_lane_messages(st, l);
+			partition_backlog_watch(st->backlogs, l->topic, l->partition, false);
 		}
 	}
 	log_info("event=revoked partitions=%d", parts->cnt);
@@ -912,6 +919,7 @@ run_retry(const worker_options *opts)
 		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
 		return 1;
 	}
+	st.backlogs = partition_backlog_start(st.consumer, 2000);
 	st.http = http_engine_new(256);
 	log_info("event=started time_scale=%g config_version=%" PRId64, opts->time_scale,
 			 config_watch_current(st.watch)->version);
@@ -965,7 +973,8 @@ run_retry(const worker_options *opts)
 	http_engine_free(st.http);
 	handoff_producer_free(st.handoff);
 	commit_done_offsets(&st, true);
-	rd_kafka_consumer_close(st.consumer);
+	rd_kafka_consumer_close(st.consumer); /* its revoke still updates the backlog list */
+	partition_backlog_stop(st.backlogs);
 	rd_kafka_destroy(st.consumer);
 	for (int i = 0; i < st.n_lanes; i++)
 	{

@@ -8,6 +8,7 @@
 
 int run_consume(const worker_options *opts);
 int run_dlq(const worker_options *opts);
+int run_retry(const worker_options *opts);
 int run_process(const worker_options *opts);
 
 #endif

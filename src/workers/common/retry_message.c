@@ -64,7 +64,7 @@ retry_message_read(retry_message *m, const rd_kafka_message_t *rkm, int step,
 	m->step = step;
 	m->attempt = header_number(rkm, "attempt", &attempt) && attempt < 1000000 ? (int) attempt : 1;
 	m->destination = kafka_header_value(rkm, "destination");
-	m->due_ms = now_wall_ms;
+	m->due_ms = m->earliest_ms = now_wall_ms;
 
 	if (m->destination == NULL)
 	{
@@ -85,6 +85,7 @@ retry_message_read(retry_message *m, const rd_kafka_message_t *rkm, int step,
 	if (header_number(rkm, "step-jitter-ms", &jitter) &&
 		jitter > (int64_t) (d->retry_jitter * d->retry_delays_ms[step - 1]) + 1)
 		jitter = 0; /* larger than the destination allows: not ours to trust */
+	m->earliest_ms = entered + (int64_t) (d->retry_delays_ms[step - 1] / time_scale);
 	m->due_ms = entered + (int64_t) ((d->retry_delays_ms[step - 1] + jitter) / time_scale);
 	if (header_number(rkm, "not-before", &not_before) && not_before > entered)
 	{
@@ -100,7 +101,7 @@ retry_message_read(retry_message *m, const rd_kafka_message_t *rkm, int step,
 		(int64_t) ((d->retry_delays_ms[step - 1] * 2 + MAX_NOT_BEFORE_MS) / time_scale) + 60000)
 	{
 		m->clock_jump = true;
-		m->due_ms = now_wall_ms;
+		m->due_ms = m->earliest_ms = now_wall_ms;
 	}
 }
 

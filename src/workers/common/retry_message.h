@@ -26,6 +26,8 @@ typedef struct retry_message
 	int step;            /* 1..3, from the topic's name */
 	int attempt;         /* attempts made so far */
 	int64_t due_ms;      /* wall clock */
+	int64_t earliest_ms; /* due at the earliest had its jitter been 0: messages entered
+						  * after it are not due before this */
 	char *bad;           /* why it cannot be retried (malloc'd), NULL when it can */
 	bool clock_jump;     /* entered in the future beyond any delay: due now */
 } retry_message;
