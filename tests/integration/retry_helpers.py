@@ -49,8 +49,9 @@ def destination_status(name):
 
 
 def wait_breaker(name, state, timeout=60):
-    return wait_until(lambda: destination_status(name)["breaker"] == state, timeout,
-                      what=f"{name}'s breaker to be {state} (now {destination_status(name)})")
+    wait_until(lambda: destination_status(name)["breaker"] == state, timeout,
+               what=f"{name}'s breaker to be {state} (now {destination_status(name)})")
+    return destination_status(name)
 
 
 def dead_letters(destination):

@@ -85,3 +85,96 @@ def test_a_down_destination_walks_every_step_then_the_dlq_on_time(tmp_path, flee
         assert dlq.metric("wal_dead_letters_ingested_total") >= len(keys)
     finally:
         down.stop()
+
+
+def enqueue_one_by_one(topic, keys, pause=0.05):
+    """Commits each record on its own; returns {key: commit time}."""
+    committed = {}
+    with connect() as conn:
+        conn.autocommit = True
+        for k in keys:
+            conn.execute("SELECT wal_enqueue(%s, %s::jsonb, %s)", (topic, json.dumps({"k": k}), k))
+            committed[k] = time.time()
+            time.sleep(pause)
+    return committed
+
+
+def latencies(dest, committed):
+    first = {}
+    for r in dest.requests():
+        k = r["headers"].get("idempotency-key")
+        if k in committed:
+            first[k] = min(first.get(k, r["arrived_at"]), r["arrived_at"])
+    assert set(first) == set(committed), "every record reached the healthy destination"
+    return sorted(first[k] - committed[k] for k in committed)
+
+
+def p95(values):
+    return values[int(len(values) * 0.95) - 1]
+
+
+def test_twenty_failures_pause_everywhere_probes_only_then_ramped_recovery(tmp_path, fleet, unique):
+    topic, x, h = f"r.pause.{unique}", f"x-{unique}", f"h-{unique}"
+    down, healthy = Destination(tmp_path), Destination(tmp_path)
+    down.behave(status=503)
+    probe_every = 120 / TIME_SCALE
+    try:
+        with connect() as conn:
+            make_topic(conn, topic, partitions=2)
+            add_destination(conn, x, down.url + "/x", [topic])  # defaults: 20 failures, 2 min probe
+            add_destination(conn, h, healthy.url + "/h", [topic])
+            wait_published(conn)
+        consumers = [fleet.start("consume"), fleet.start("consume")]
+        retries = [fleet.start("retry"), fleet.start("retry")]
+        for w in consumers + retries + [fleet.start("dlq")]:
+            w.wait_ready()
+
+        # Before the pause: 30 records; the main consumers fail them all into step 1.
+        before = enqueue_one_by_one(topic, [f"a{i}-{unique}" for i in range(30)])
+        status = wait_breaker(x, "open", timeout=30)
+        paused_at = status["since"].timestamp()
+        time.sleep(1)  # anything in flight at the pause has landed
+        step1_attempts = [r for r in down.requests("/x") if attempt_of(r) == 2]
+        assert len(step1_attempts) == 20, \
+            f"exactly 20 consecutive failures at step 1 open the pause, saw {len(step1_attempts)}"
+        assert status["paused_step"] == 1
+        wait_until(lambda: destination_status(x)["consecutive_failures"][0] == 20, 10,
+                   what="the operator view to show the 20 consecutive failures at step 1")
+
+        # While paused: new records flow to the healthy destination; X gets only probes.
+        during = enqueue_one_by_one(topic, [f"b{i}-{unique}" for i in range(60)])
+        wait_until(lambda: destination_status(x)["probes"] >= 2, 3 * probe_every,
+                   what="two probes while X is down")
+        after_pause = [r for r in down.requests("/x") if r["arrived_at"] > paused_at + 0.5]
+        probes = destination_status(x)["probes"]
+        assert len(after_pause) == probes, \
+            f"only the probes reach a paused destination: {len(after_pause)} requests, {probes} probes"
+        times = sorted(r["arrived_at"] for r in after_pause)
+        assert times[0] - paused_at >= probe_every * 0.95
+        assert all(b - a >= probe_every * 0.95 for a, b in zip(times, times[1:])), times
+        assert not [r for r in after_pause if attempt_of(r) == 1], "no main-consumer attempt"
+        assert sum(c.metric("wal_breaker_open_handoffs_total", destination=x) for c in consumers) >= 50
+        base, paused = latencies(healthy, before), latencies(healthy, during)
+        assert p95(paused) <= max(2 * p95(base), p95(base) + 0.25), (p95(base), p95(paused))
+        report(f"pause: 20 step-1 failures opened it; {probes} probes {probe_every:.0f}s apart while"
+               f" down; healthy p95 {p95(base)*1000:.0f} ms before, {p95(paused)*1000:.0f} ms during")
+
+        # Recovery: the next probe succeeds, everything resumes, the backlog ramps up.
+        down.behave(status=200, delay_ms=100)
+        wait_breaker(x, "closed", timeout=probe_every + 10)
+        keys = set(before) | set(during)
+        wait_until(lambda: keys <= {r["headers"]["idempotency-key"] for r in down.requests("/x")
+                                    if r["arrived_at"] > paused_at and attempt_of(r) > 1
+                                    and r["arrived_at"] >= times[-1]}, 60,
+                   what="every queued copy delivered after the recovery")
+        ok = sorted(r["arrived_at"] for r in down.requests("/x") if r["arrived_at"] > times[-1] + 0.01)
+        start = ok[0]
+        buckets = [sum(1 for t in ok if start + i * 0.5 <= t < start + (i + 1) * 0.5) for i in range(6)]
+        assert buckets[0] <= 2 * 5 + 2, f"starts at one request in flight per process: {buckets}"
+        assert max(buckets[1:]) >= 2 * buckets[0], f"the rate ramps up: {buckets}"
+        report(f"recovery: arrivals per 0.5 s after the probe succeeded {buckets}")
+        assert destination_status(x)["breaker"] == "closed"
+        assert dead_letters(x) == [], "no copy went to the DLQ"
+    finally:
+        down.stop()
+        healthy.stop()
