@@ -169,10 +169,6 @@ DECLARE
 BEGIN
     SELECT archive_max_run_time INTO max_run FROM wal_delivery.settings;
     LOOP
-        IF clock_timestamp() - started >= max_run THEN
-            summary := jsonb_build_object('finished', false, 'reason', 'archive_max_run_time');
-            EXIT;
-        END IF;
         batch := wal_delivery.archive_dead_letter_batch();
         IF batch IS NULL THEN
             summary := jsonb_build_object('finished', true);
@@ -183,6 +179,11 @@ BEGIN
         archived := archived + (batch->>'rows')::bigint;
         bytes := bytes + (batch->>'compressed_bytes')::bigint;
         objects := objects || jsonb_build_array(batch->>'object');
+        -- Checked after a batch, so even a short limit makes progress.
+        IF clock_timestamp() - started >= max_run THEN
+            summary := jsonb_build_object('finished', false, 'reason', 'archive_max_run_time');
+            EXIT;
+        END IF;
     END LOOP;
     summary := summary || jsonb_build_object('batches', batches, 'archived', archived,
                                              'compressed_bytes', bytes, 'objects', objects);

@@ -36,7 +36,8 @@ def configure(conn, endpoint, bucket, **settings):
               "archive_s3_prefix": PREFIX, "archive_s3_path_style": True,
               "archive_s3_allow_http": True, "archive_batch_rows": 10000,
               "archive_keeps_rows": False, "archive_s3_timeout": "2 minutes",
-              "dead_letter_archive_after": "10 days", **settings}
+              "dead_letter_archive_after": "10 days", "archive_batch_bytes": 67108864,
+              "archive_max_run_time": "30 minutes", **settings}
     sets = ", ".join(f"{k} = %s" for k in values)
     conn.execute(f"UPDATE wal_delivery.settings SET {sets}", list(values.values()))
 
@@ -355,3 +356,48 @@ def test_pg_cron_runs_the_archive_job(s3, bucket, db, unique):
         assert command == "CALL wal_delivery.archive_dead_letters()"
     finally:
         db.execute("SELECT cron.unschedule(%s)", (job,))
+
+
+def test_batches_are_bounded_in_rows_bytes_and_run_time(s3, bucket, db, unique):
+    topic = f"archtest.{unique}"
+    add_dead_letters(db, topic, 7)
+    # Each entry is over 512 bytes: 1 kB holds one, well under the row limit.
+    configure(db, s3.endpoint, bucket, archive_batch_rows=5, archive_batch_bytes=1024)
+    first = db.execute("SELECT wal_delivery.archive_dead_letter_batch()").fetchone()[0]
+    assert first["rows"] == 1 and 512 < first["bytes"] <= 1024
+    configure(db, s3.endpoint, bucket, archive_batch_rows=2, archive_max_run_time="1 millisecond")
+    summary = archive(db)
+    assert (summary["finished"], summary["reason"], summary["batches"], summary["archived"]) == \
+        (False, "archive_max_run_time", 1, 2), "one batch, then the run stops"
+    configure(db, s3.endpoint, bucket, archive_batch_rows=2)
+    summary = archive(db)
+    assert (summary["finished"], summary["archived"]) == (True, 4), "the next run goes on"
+    objects = download(s3, bucket)
+    assert sorted(len(entries) for entries in objects.values()) == [1, 2, 2, 2]
+    assert db.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE topic = %s",
+                      (topic,)).fetchone()[0] == 0
+
+
+def test_pg_cancel_backend_stops_a_stalled_upload(s3, bucket, db, unique):
+    topic = f"archtest.{unique}"
+    add_dead_letters(db, topic, 2)
+    relay = FaultyRelay(s3.port, stall_puts={1}, stall_seconds=30)
+    try:
+        configure(db, relay.endpoint, bucket)
+        pid = db.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+        def cancel_when_uploading():
+            wait_until(lambda: relay.puts >= 1, 30, what="the upload")
+            with connect() as other:
+                other.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        canceller = threading.Thread(target=cancel_when_uploading)
+        canceller.start()
+        started = time.monotonic()
+        state, message, _ = error_of(db, "CALL wal_delivery.archive_dead_letters()")
+        canceller.join()
+        assert (state, message) == ("57014", "canceling statement due to user request")
+        assert time.monotonic() - started < 10
+        assert unarchived(db, topic) == 2
+        assert db.execute("SELECT 1").fetchone() == (1,), "the session goes on"
+    finally:
+        relay.stop()
