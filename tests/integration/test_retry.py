@@ -178,3 +178,155 @@ def test_twenty_failures_pause_everywhere_probes_only_then_ramped_recovery(tmp_p
     finally:
         down.stop()
         healthy.stop()
+
+
+def test_a_permanent_probe_answer_sends_that_message_to_the_dlq_and_resumes(tmp_path, fleet, unique):
+    topic, x = f"r.perm.{unique}", f"p-{unique}"
+    down = Destination(tmp_path)
+    down.behave(status=503)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, x, down.url + "/p", [topic], pause_after_failures=3,
+                            probe_interval="20 seconds")
+            wait_published(conn)
+        for w in [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]:
+            w.wait_ready()
+        keys = [f"p{i}-{unique}" for i in range(8)]
+        with connect() as conn:
+            enqueue(conn, topic, keys)
+        wait_breaker(x, "open", timeout=30)
+        down.behave(status=200)
+        down.behave(status=400, times=1)  # the probe's answer; everything after it is 200
+        wait_breaker(x, "closed", timeout=30)
+        wait_until(lambda: len(dead_letters(x)) == 1, 30, what="the probed message in dead_letters")
+        (dead_key, error, _, _, _), = dead_letters(x)
+        assert error == "HTTP 400"
+        wait_until(lambda: set(keys) - {dead_key} <= {
+            r["headers"]["idempotency-key"] for r in down.requests("/p") if attempt_of(r) > 1}, 30,
+            what="every other message delivered after the resume")
+        assert destination_status(x)["last_probe_outcome"] == "permanent"
+    finally:
+        down.stop()
+
+
+def test_dead_letters_alert_once_replay_to_their_destination_and_resolve(tmp_path, fleet, unique):
+    topic, x = f"r.replay.{unique}", f"rp-{unique}"
+    dest, alerts = Destination(tmp_path), Destination(tmp_path)
+    dest.behave(status=422)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, x, dest.url + "/d", [topic])
+            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
+            wait_published(conn)
+        workers = [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]
+        for w in workers:
+            w.wait_ready()
+        keys = [f"d{i}-{unique}" for i in range(5)]
+        with connect() as conn:
+            enqueue(conn, topic, keys)
+        wait_until(lambda: len(dead_letters(x)) == 5, 30, what="five permanent failures dead")
+        # A dead letter the database wrote itself (a processing row out of attempts).
+        with connect() as conn:
+            conn.execute("INSERT INTO wal_delivery.dead_letters (origin, topic, idempotency_key,"
+                         " payload, attempts, last_error) VALUES ('processing', %s, %s, '\\x00', 5,"
+                         " 'processor failed')", (topic, f"proc-{unique}"))
+
+        def mine():
+            alerted = [json.loads(r["body"]) for r in alerts.requests("/alert")]
+            return sorted(a["idempotency_key"] for a in alerted
+                          if a.get("idempotency_key", "").endswith(unique))
+
+        wait_until(lambda: len(mine()) >= 6, 30, what="six alerts")
+        assert mine() == sorted(keys + [f"proc-{unique}"]), "one alert per dead letter"
+
+        # dlq worker restart: nothing alerted or ingested twice.
+        workers[2].stop()
+        dlq = fleet.start("dlq")
+        dlq.wait_ready()
+        time.sleep(2)
+        assert len(mine()) == 6, "a restart alerts nothing twice"
+        assert len(dead_letters(x)) == 5
+
+        # Replay one and a filtered set to the destination, now healthy.
+        dest.behave(status=200)
+        first = dead_letters(x)[0]
+        with connect() as conn:
+            assert "retry step 1" in conn.execute("SELECT wal_delivery.replay_dead_letter(%s)",
+                                                  (first[3],)).fetchone()[0]
+            assert conn.execute("SELECT wal_delivery.replay_dead_letters(p_destination => %s)",
+                                (x,)).fetchone()[0] == 4
+        wait_until(lambda: all(r[4] is not None for r in dead_letters(x)), 30,
+                   what="every replayed entry resolved after its write to step 1")
+        wait_until(lambda: set(keys) <= {r["headers"]["idempotency-key"] for r in dest.requests("/d")
+                                         if attempt_of(r) >= 2}, 30,
+                   what="every replayed entry delivered through retry step 1")
+        with connect() as conn:
+            resolutions = {r[0] for r in conn.execute(
+                "SELECT resolution FROM wal_delivery.dead_letters WHERE destination = %s", (x,))}
+            assert resolutions == {"replayed through retry step 1"}
+            conn.execute("SELECT wal_delivery.resolve_dead_letter(id, 'fixed the processor')"
+                         " FROM wal_delivery.dead_letters WHERE idempotency_key = %s", (f"proc-{unique}",))
+            row = conn.execute("SELECT resolution FROM wal_delivery.dead_letters"
+                               " WHERE idempotency_key = %s", (f"proc-{unique}",)).fetchone()
+            assert row == ("fixed the processor",)
+        assert dlq.metric("wal_dead_letters_replayed_total") == 5
+    finally:
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = NULL")
+        dest.stop()
+        alerts.stop()
+
+
+def test_bad_retry_messages_go_to_the_dlq_with_a_reason_and_never_stall(tmp_path, fleet, unique,
+                                                                       kafka_bootstrap):
+    topic, x = f"r.bad.{unique}", f"bad-{unique}"
+    dest = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, x, dest.url + "/b", [topic])
+            wait_published(conn)
+            partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
+                                     " WHERE name = %s", (x,)).fetchone()[0]
+        for w in [fleet.start("retry"), fleet.start("dlq")]:
+            w.wait_ready()
+        now_ms = int(time.time() * 1000)
+        good = [("idempotency-key", f"good-{unique}"), ("destination", x),
+                ("source-topic", topic), ("step-entered-at", str(now_ms - 60000))]
+        cases = {
+            f"noheaders-{unique}": None,
+            f"garbled-{unique}": [("destination", x), ("step-entered-at", "yesterday")],
+            f"unknown-{unique}": [("destination", f"nobody-{unique}"), ("step-entered-at", str(now_ms))],
+            f"future-{unique}": [("destination", x), ("step-entered-at", str(now_ms + 10 ** 9))],
+        }
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        for key, headers in cases.items():
+            hs = None if headers is None else [("idempotency-key", key), ("source-topic", topic), *headers]
+            p.produce("wal_delivery.retry.1", key=key, value=b'{"bad": true}', partition=partition,
+                      headers=hs)
+        p.produce("wal_delivery.retry.1", key="good", value=b'{"good": true}', partition=partition,
+                  headers=good)
+        p.flush(10)
+        got = dest.wait_for(2, "/b", timeout=30)
+        arrived = {r["headers"]["idempotency-key"] for r in got}
+        assert {f"good-{unique}", f"future-{unique}"} <= arrived, \
+            "a message behind bad ones is delivered; a clock jump does not strand one"
+        with connect() as conn:
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM wal_delivery.dead_letters WHERE kafka_topic = %s"
+                " AND (idempotency_key LIKE %s OR destination = %s OR last_error LIKE 'missing%%')",
+                ("wal_delivery.dlq", f"%{unique}", f"nobody-{unique}")).fetchone()[0] >= 3, 30,
+                what="the three bad messages in dead_letters")
+            errors = {r[0]: r[1] for r in conn.execute(
+                "SELECT idempotency_key, last_error FROM wal_delivery.dead_letters"
+                " WHERE idempotency_key LIKE %s", (f"%{unique}",))}
+        assert errors[f"garbled-{unique}"] == "missing or garbled header step-entered-at"
+        assert errors[f"unknown-{unique}"] == f'destination "nobody-{unique}" no longer exists'
+        retry = fleet.workers[0]
+        assert retry.metric("wal_retry_bad_messages_total") >= 3
+        assert "event=clock_jump" in retry.output()
+        assert retry.proc.poll() is None
+    finally:
+        dest.stop()
