@@ -191,12 +191,16 @@ END $$;
 
 -- Reads one archive object back into dead_letters with the entries' own ids, so they can
 -- be inspected, replayed or resolved again. Idempotent: an entry still present is left as
--- is, one kept as archived becomes live again.
+-- is, one kept as archived becomes live again. Columns an older archive lacks take their
+-- defaults, and keys the table no longer has are ignored.
 CREATE FUNCTION wal_delivery.restore_dead_letters(p_object text,
     OUT restored bigint, OUT reactivated bigint, OUT already_present bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     bad text;
+    total bigint;
+    columns text;
+    values_ text;
 BEGIN
     IF p_object IS NULL OR p_object = '' THEN
         RAISE EXCEPTION 'restore_dead_letters needs an archive object key'
@@ -214,26 +218,31 @@ BEGIN
         RAISE EXCEPTION 'object % is not a dead-letter archive', p_object
             USING ERRCODE = 'data_exception', DETAIL = format('An entry lacks id, payload_base64 or archive_format 1: %s', left(bad, 200));
     END IF;
-    WITH live_again AS (
-        UPDATE wal_delivery.dead_letters d
-           SET archived_at = NULL, archive_object = NULL, restored_at = now()
-          FROM restore_entries r
-         WHERE d.id = (r.e->>'id')::bigint AND d.archived_at IS NOT NULL
-        RETURNING d.id
-    ), inserted AS (
-        INSERT INTO wal_delivery.dead_letters OVERRIDING SYSTEM VALUE
-        SELECT (jsonb_populate_record(NULL::wal_delivery.dead_letters,
+    SELECT count(*) INTO total FROM restore_entries;
+
+    UPDATE wal_delivery.dead_letters d
+       SET archived_at = NULL, archive_object = NULL, restored_at = now()
+      FROM restore_entries r
+     WHERE d.id = (r.e->>'id')::bigint AND d.archived_at IS NOT NULL;
+    GET DIAGNOSTICS reactivated = ROW_COUNT;
+
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
+           string_agg('p.' || quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns, values_
+      FROM pg_attribute a
+     WHERE a.attrelid = 'wal_delivery.dead_letters'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       AND (a.attname IN ('payload', 'restored_at')
+            OR EXISTS (SELECT 1 FROM restore_entries r WHERE r.e ? a.attname));
+    EXECUTE format(
+        'INSERT INTO wal_delivery.dead_letters (%s) OVERRIDING SYSTEM VALUE
+         SELECT %s FROM restore_entries r,
+                jsonb_populate_record(NULL::wal_delivery.dead_letters,
                     r.e || jsonb_build_object(
-                        'payload', '\x' || encode(decode(r.e->>'payload_base64', 'base64'), 'hex'),
-                        'archived_at', NULL, 'archive_object', NULL, 'restored_at', now()))).*
-          FROM restore_entries r
-         WHERE NOT EXISTS (SELECT 1 FROM wal_delivery.dead_letters d WHERE d.id = (r.e->>'id')::bigint)
-        ON CONFLICT DO NOTHING
-        RETURNING id
-    )
-    SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM live_again),
-           (SELECT count(*) FROM restore_entries) - (SELECT count(*) FROM inserted) - (SELECT count(*) FROM live_again)
-      INTO restored, reactivated, already_present;
+                        ''payload'', ''\x'' || encode(decode(r.e->>''payload_base64'', ''base64''), ''hex''),
+                        ''restored_at'', now())) p
+          WHERE NOT EXISTS (SELECT 1 FROM wal_delivery.dead_letters d WHERE d.id = (r.e->>''id'')::bigint)
+         ON CONFLICT DO NOTHING', columns, values_);
+    GET DIAGNOSTICS restored = ROW_COUNT;
+    already_present := total - restored - reactivated;
     DROP TABLE restore_entries;
 END $$;
 

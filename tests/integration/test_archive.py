@@ -401,3 +401,30 @@ def test_pg_cancel_backend_stops_a_stalled_upload(s3, bucket, db, unique):
         assert db.execute("SELECT 1").fetchone() == (1,), "the session goes on"
     finally:
         relay.stop()
+
+
+def test_restore_takes_older_archives_and_refuses_what_is_not_one(s3, bucket, db, unique):
+    topic = f"archtest.{unique}"
+    (row_id,) = add_dead_letters(db, topic, 1)
+    assert archive(db)["archived"] == 1
+    (key,) = download(s3, bucket)
+    entry = download(s3, bucket)[key][0]
+    # An archive written before a column existed, with a key the table no longer has:
+    # the missing column takes its default, the unknown key is ignored.
+    missing = next(c for c in ("replays", "kafka_offset") if c in entry)
+    older = {k: v for k, v in entry.items() if k != missing} | {"retired_column": "x"}
+    client = s3.client()
+    client.put_object(Bucket=bucket, Key="archtest/older.ndjson.gz",
+                      Body=gzip.compress((json.dumps(older) + "\n").encode()))
+    got = db.execute("SELECT * FROM wal_delivery.restore_dead_letters('archtest/older.ndjson.gz')").fetchone()
+    assert got == (1, 0, 0)
+    row = db.execute("SELECT payload, topic, idempotency_key FROM wal_delivery.dead_letters WHERE id = %s",
+                     (row_id,)).fetchone()
+    assert (bytes(row[0]), row[1], row[2]) == (base64.b64decode(entry["payload_base64"]), topic, entry["idempotency_key"])
+
+    client.put_object(Bucket=bucket, Key="archtest/plain.txt", Body=b"not gzip")
+    state, message, _ = error_of(db, "SELECT * FROM wal_delivery.restore_dead_letters('archtest/plain.txt')")
+    assert state == "XX001" and message.startswith('archive object "archtest/plain.txt" is not valid gzip')
+    client.put_object(Bucket=bucket, Key="archtest/other.ndjson.gz", Body=gzip.compress(b'{"hello": 1}\n'))
+    state, message, _ = error_of(db, "SELECT * FROM wal_delivery.restore_dead_letters('archtest/other.ndjson.gz')")
+    assert (state, message) == ("22000", "object archtest/other.ndjson.gz is not a dead-letter archive")
