@@ -16,7 +16,7 @@ import pytest
 
 from conftest import connect
 from relay_helpers import ensure_extension, wait_until
-from s3_helpers import FaultyRelay, S3Server, free_port
+from s3_helpers import FaultyRelay, S3Server, SelfSignedHttps, free_port
 
 PREFIX = "archtest"
 KEY_RE = re.compile(r"^archtest/(\d{4}/\d{2}/\d{2})/dead-letters-(\d+)-(\d+)\.ndjson\.gz$")
@@ -428,3 +428,19 @@ def test_restore_takes_older_archives_and_refuses_what_is_not_one(s3, bucket, db
     client.put_object(Bucket=bucket, Key="archtest/other.ndjson.gz", Body=gzip.compress(b'{"hello": 1}\n'))
     state, message, _ = error_of(db, "SELECT * FROM wal_delivery.restore_dead_letters('archtest/other.ndjson.gz')")
     assert (state, message) == ("22000", "object archtest/other.ndjson.gz is not a dead-letter archive")
+
+
+def test_https_certificates_are_verified(tmp_path, bucket, db, unique):
+    topic = f"archtest.{unique}"
+    add_dead_letters(db, topic, 2)
+    untrusted = SelfSignedHttps(tmp_path)
+    try:
+        configure(db, untrusted.endpoint, bucket, archive_s3_allow_http=False)
+        state, message, hint = error_of(db, "CALL wal_delivery.archive_dead_letters()")
+        assert state == "08006"
+        assert message.startswith(f"could not verify the TLS connection to the S3 endpoint {untrusted.endpoint}")
+        assert "certificate" in hint
+        assert untrusted.requests == 0, "no request went over the unverified connection"
+        assert unarchived(db, topic) == 2
+    finally:
+        untrusted.stop()
