@@ -245,6 +245,7 @@ process_one_batch(process_state *st)
 		return false;
 	}
 	metric_add(st->claimed, n, NULL);
+	log_debug("event=claimed rows=%d ms=%" PRId64, n, now_ms() - started);
 	run_batch(st, rows, n);
 	free_claimed_rows(rows, n);
 
