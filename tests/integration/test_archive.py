@@ -444,3 +444,28 @@ def test_https_certificates_are_verified(tmp_path, bucket, db, unique):
         assert unarchived(db, topic) == 2
     finally:
         untrusted.stop()
+
+
+def test_concurrent_runs_archive_disjoint_rows(s3, bucket, db, unique):
+    topic = f"archtest.{unique}"
+    ids = add_dead_letters(db, topic, 10)
+    relay = FaultyRelay(s3.port, stall_puts={1}, stall_seconds=2)
+    try:
+        configure(db, relay.endpoint, bucket, archive_batch_rows=5, archive_keeps_rows=True)
+        results = {}
+
+        def run(name):
+            with connect() as conn:
+                results[name] = conn.execute("SELECT wal_delivery.archive_dead_letter_batch()").fetchone()[0]
+        first = threading.Thread(target=run, args=("first",))
+        first.start()
+        wait_until(lambda: relay.puts >= 1, 30, what="the first upload")
+        run("second")  # while the first holds its rows
+        first.join(30)
+        batches = sorted((r["first_id"], r["last_id"]) for r in results.values())
+        assert batches == [(ids[0], ids[4]), (ids[5], ids[9])], "SKIP LOCKED: no row in two batches"
+        objects = download(s3, bucket)
+        assert len(objects) == 2
+        assert check_marks_match_objects(db, topic, objects) == 10
+    finally:
+        relay.stop()
