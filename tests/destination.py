@@ -9,15 +9,18 @@ answers as it is told: any status, slowly, with extra headers, or not at all (ha
 Control endpoints (never recorded):
     GET  /_control/requests[?path=/prefix]  the recorded requests as a JSON list
     POST /_control/behaviour                {"path": "/a", "status": 503, "delay_ms": 0,
-                                             "hang": false, "headers": {...}, "times": N}
+                                             "hang": false, "headers": {...}, "times": N,
+                                             "ratio": 0.3}
         A behaviour applies to requests whose path starts with "path" (default: all);
-        with "times" it applies to the next N matching requests only. The newest
-        matching behaviour wins.
+        with "times" it applies to the next N matching requests only; with "ratio" to
+        that fraction of them, drawn at random. The newest matching behaviour wins.
+        Each recorded request gets the "status" it was answered with.
     POST /_control/reset                    forget requests and behaviours
 """
 import argparse
 import base64
 import json
+import random
 import sys
 import threading
 import time
@@ -45,6 +48,8 @@ class Recorder:
         with self.lock:
             for b in reversed(self.behaviours):
                 if path.startswith(b.get("path", "")):
+                    if "ratio" in b and random.random() >= float(b["ratio"]):
+                        continue
                     if "times" in b:
                         b["times"] -= 1
                         if b["times"] <= 0:
@@ -127,6 +132,7 @@ class Handler(BaseHTTPRequestHandler):
         if b.get("delay_ms"):
             time.sleep(b["delay_ms"] / 1000.0)
         status = int(b.get("status", 200))
+        entry["status"] = status
         body = json.dumps({"status": status}).encode()
         self.send_response(status)
         for k, v in (b.get("headers") or {}).items():

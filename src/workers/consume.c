@@ -328,6 +328,8 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 	{
 		log_info("event=assigned partitions=%d", parts->cnt);
 		rd_kafka_assign(rk, parts);
+		/* librdkafka may keep a partition paused from an earlier assignment; start clean. */
+		rd_kafka_resume_partitions(rk, parts);
 		st->assigned = true;
 		st->paused = false;
 		return;

@@ -731,6 +731,8 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 	{
 		log_info("event=assigned partitions=%d", parts->cnt);
 		rd_kafka_assign(rk, parts);
+		/* librdkafka may keep a partition paused from an earlier assignment; start clean. */
+		rd_kafka_resume_partitions(rk, parts);
 		for (int i = 0; i < parts->cnt; i++)
 		{
 			lane *l = get_lane(st, parts->elems[i].topic, parts->elems[i].partition);

@@ -5,9 +5,10 @@ destination everywhere; while paused it gets only the probes; a probe's answer r
 with a ramp-up; a healthy destination on the same topic is not slowed down; bad retry
 messages go to the DLQ with a reason and never stall their partition."""
 import json
+import signal
 import statistics
+import threading
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -330,3 +331,71 @@ def test_bad_retry_messages_go_to_the_dlq_with_a_reason_and_never_stall(tmp_path
         assert retry.proc.poll() is None
     finally:
         dest.stop()
+
+
+def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, unique):
+    """Every record reaches every destination at least once or is in dead_letters with a
+    reason, through a flaky destination, an outage with a pause and recovery, permanent
+    errors and kill -9 of a retry worker and a main consumer."""
+    topic = f"r.tally.{unique}"
+    flaky, outage, steady = Destination(tmp_path), Destination(tmp_path), Destination(tmp_path)
+    names = {f"flaky-{unique}": flaky, f"outage-{unique}": outage, f"steady-{unique}": steady}
+    flaky.behave(status=503, ratio=0.3)
+    flaky.behave(status=400, ratio=0.05)
+    outage.behave(status=503)
+    fast = {"retry_delays": "{10 seconds,30 seconds,60 seconds}", "probe_interval": "30 seconds"}
+    try:
+        with connect() as conn:
+            make_topic(conn, topic, partitions=2)
+            for name, dest in names.items():
+                add_destination(conn, name, dest.url + "/t", [topic], **fast)
+            wait_published(conn)
+        consumers = [fleet.start("consume"), fleet.start("consume")]
+        retries = [fleet.start("retry"), fleet.start("retry")]
+        for w in consumers + retries + [fleet.start("dlq")]:
+            w.wait_ready()
+
+        keys = [f"t{i}-{unique}" for i in range(300)]
+        load = threading.Thread(
+            target=enqueue_one_by_one, args=(topic, keys), kwargs={"pause": 0.02})
+        load.start()
+        time.sleep(2)
+        retries[0].stop(signal.SIGKILL)
+        retries.append(fleet.start("retry"))
+        time.sleep(2)
+        consumers[0].stop(signal.SIGKILL)
+        consumers.append(fleet.start("consume"))
+        load.join()
+        wait_breaker(f"outage-{unique}", "open", timeout=30)
+        time.sleep(3)
+        outage.behave(status=200)  # the outage ends; the next probe resumes it
+
+        def missing():
+            with connect() as conn:
+                dead = {(r[0], r[1]): r[2] for r in conn.execute(
+                    "SELECT idempotency_key, destination, last_error FROM wal_delivery.dead_letters"
+                    " WHERE destination = ANY(%s)", (list(names),))}
+            gone = []
+            for name, dest in names.items():
+                ok = {r["headers"]["idempotency-key"] for r in dest.requests("/t")
+                      if 200 <= r.get("status", 0) < 300}
+                gone += [(k, name) for k in keys if k not in ok and (k, name) not in dead]
+            return gone, dead
+
+        wait_until(lambda: not missing()[0], 150,
+                   what=f"every copy delivered or dead (missing {len(missing()[0])})")
+        _, dead = missing()
+        assert all(reason for reason in dead.values()), "every dead letter has a reason"
+        dups = {}
+        for name, dest in names.items():
+            seen = {}
+            for r in dest.requests("/t"):
+                if 200 <= r.get("status", 0) < 300:
+                    k = r["headers"]["idempotency-key"]
+                    seen[k] = seen.get(k, 0) + 1
+            dups[name.split("-")[0]] = sum(v - 1 for v in seen.values())
+        report(f"retry tally: 300 records x 3 destinations, kill -9 of a retry worker and a consumer:"
+               f" 0 lost, {len(dead)} in dead_letters with a reason, duplicates {dups}")
+    finally:
+        for d in names.values():
+            d.stop()
