@@ -50,31 +50,39 @@ BEGIN
       JOIN wal_delivery.topics t ON t.name = c.topic;
 END $$;
 
--- Locks a row its holder is about to finish and returns what finishing needs; raises
--- refuse_processing_transition's error when p_lease_token no longer holds it or the lease
--- ran out by the clock (not by the transaction's start, which may be long past).
+-- Locks a row its holder is about to finish and returns what finishing needs, or, when
+-- p_lease_token no longer holds it or the lease ran out by the clock (not by the
+-- transaction's start, which may be long past), only refusal: why, in the words of
+-- refuse_processing_transition. It does not raise, so callers need no subtransaction.
 CREATE FUNCTION wal_delivery.hold_processing_row(p_id bigint, p_lease_token bigint,
-    OUT payload bytea, OUT content_type text, OUT processor_kind text, OUT processor text,
-    OUT lease_until timestamptz)
+    OUT refusal text, OUT payload bytea, OUT content_type text, OUT processor_kind text,
+    OUT processor text, OUT lease_until timestamptz, OUT max_payload_bytes integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
     -- By primary key alone, then checked: see complete_processing below for why.
-    SELECT o.state, o.lease_token, o.lease_until, o.payload, o.content_type, t.processor_kind, t.processor
+    SELECT o.state, o.lease_token, o.lease_until, o.payload, o.content_type, t.processor_kind, t.processor,
+           t.max_payload_bytes
       INTO r
       FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
      WHERE o.id = p_id
        FOR UPDATE OF o;
     IF NOT FOUND OR r.state <> 'processing' OR r.lease_token IS DISTINCT FROM p_lease_token
        OR r.lease_until <= clock_timestamp() THEN
-        PERFORM wal_delivery.refuse_processing_transition(p_id, p_lease_token);
+        BEGIN
+            PERFORM wal_delivery.refuse_processing_transition(p_id, p_lease_token);
+        EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+            refusal := SQLERRM;
+        END;
+        RETURN;
     END IF;
     payload := r.payload;
     content_type := r.content_type;
     processor_kind := r.processor_kind;
     processor := r.processor;
     lease_until := r.lease_until;
+    max_payload_bytes := r.max_payload_bytes;
 END $$;
 
 -- complete_processing and fail_processing as in 0.2, except that they find the row by
@@ -138,13 +146,19 @@ BEGIN
     RETURN 'pending';
 END $$;
 
--- Why a processed payload cannot be stored, or NULL when it can: NULL, or not JSON for a
--- JSON record (the consumers and destinations rely on the content type).
-CREATE FUNCTION wal_delivery.processed_payload_problem(p_payload bytea, p_content_type text) RETURNS text
+-- Why a processed payload cannot be stored, or NULL when it can: NULL, over the topic's
+-- size limit, or not JSON for a JSON record (consumers and destinations rely on the
+-- content type).
+CREATE FUNCTION wal_delivery.processed_payload_problem(p_payload bytea, p_content_type text, p_max_bytes integer)
+RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_payload IS NULL THEN
         RETURN 'the processor returned NULL';
+    END IF;
+    IF octet_length(p_payload) > p_max_bytes THEN
+        RETURN format('the processor returned %s bytes, over the topic''s max_payload_bytes (%s)',
+                      octet_length(p_payload), p_max_bytes);
     END IF;
     IF p_content_type = 'application/json' THEN
         BEGIN
@@ -157,6 +171,26 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- Writes the outcome of an attempt on a row its caller holds (hold_processing_row):
+-- processed when there is no error and the payload passes the checks, else a failed
+-- attempt (pending after a backoff, or dead after the last one).
+CREATE FUNCTION wal_delivery.record_attempt(p_id bigint, p_lease_token bigint, p_payload bytea,
+    p_error text, p_content_type text, p_max_bytes integer, OUT outcome text, OUT detail text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    detail := coalesce(p_error, wal_delivery.processed_payload_problem(p_payload, p_content_type, p_max_bytes));
+    IF detail IS NULL THEN
+        PERFORM wal_delivery.complete_processing(p_id, p_lease_token, p_payload);
+        PERFORM wal_delivery.wake_relay_at_commit();
+        outcome := 'processed';
+        RETURN;
+    END IF;
+    outcome := wal_delivery.fail_processing(p_id, p_lease_token, detail)::text;
+    IF outcome = 'pending' THEN
+        outcome := 'failed';
+    END IF;
+END $$;
+
 -- The outcome of one attempt, from its holder: p_error set means the processor failed;
 -- otherwise p_payload is the processed payload, stored if it passes the checks (a
 -- payload that does not is a failed attempt too). Returns the outcome and, unless
@@ -167,28 +201,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     held record;
 BEGIN
-    BEGIN
-        SELECT * INTO held FROM wal_delivery.hold_processing_row(p_id, p_lease_token);
-    EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+    SELECT * INTO held FROM wal_delivery.hold_processing_row(p_id, p_lease_token);
+    IF held.refusal IS NOT NULL THEN
         outcome := 'refused';
-        detail := SQLERRM;
+        detail := held.refusal;
         RETURN;
-    END;
-    detail := coalesce(p_error, wal_delivery.processed_payload_problem(p_payload, held.content_type));
-    IF detail IS NULL THEN
-        BEGIN
-            PERFORM wal_delivery.complete_processing(p_id, p_lease_token, p_payload);
-            PERFORM wal_delivery.wake_relay_at_commit();
-            outcome := 'processed';
-            RETURN;
-        EXCEPTION WHEN program_limit_exceeded THEN
-            detail := SQLERRM;
-        END;
     END IF;
-    outcome := wal_delivery.fail_processing(p_id, p_lease_token, detail)::text;
-    IF outcome = 'pending' THEN
-        outcome := 'failed';
-    END IF;
+    SELECT a.outcome, a.detail INTO outcome, detail
+      FROM wal_delivery.record_attempt(p_id, p_lease_token, p_payload, p_error, held.content_type,
+                                       held.max_payload_bytes) a;
 END $$;
 
 -- finish_processing for many rows in one round trip; the arrays line up by position.
@@ -214,19 +235,19 @@ DECLARE
     held record;
     fn regprocedure;
     call text;
+    call_for text;
     result bytea;
     err text;
 BEGIN
     FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
         id := p_ids[i];
-        BEGIN
-            SELECT * INTO held FROM wal_delivery.hold_processing_row(p_ids[i], p_lease_tokens[i]);
-        EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+        SELECT * INTO held FROM wal_delivery.hold_processing_row(p_ids[i], p_lease_tokens[i]);
+        IF held.refusal IS NOT NULL THEN
             outcome := 'refused';
-            detail := SQLERRM;
+            detail := held.refusal;
             RETURN NEXT;
             CONTINUE;
-        END;
+        END IF;
         result := NULL;
         err := NULL;
         fn := to_regprocedure(held.processor || '(bytea)');
@@ -235,8 +256,11 @@ BEGIN
         ELSIF fn IS NULL THEN
             err := format('processor function %s(bytea) does not exist', held.processor);
         ELSE
-            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
-              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+            IF call_for IS DISTINCT FROM held.processor THEN
+                SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
+                  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+                call_for := held.processor;
+            END IF;
             BEGIN
                 EXECUTE call INTO result USING held.payload;
             EXCEPTION WHEN OTHERS THEN
@@ -248,8 +272,9 @@ BEGIN
             detail := format('the lease on outbox row %s (token %s) expired at %s, before the processor finished',
                              p_ids[i], p_lease_tokens[i], held.lease_until);
         ELSE
-            SELECT f.outcome, f.detail INTO outcome, detail
-              FROM wal_delivery.finish_processing(p_ids[i], p_lease_tokens[i], result, err) f;
+            SELECT a.outcome, a.detail INTO outcome, detail
+              FROM wal_delivery.record_attempt(p_ids[i], p_lease_tokens[i], result, err,
+                                               held.content_type, held.max_payload_bytes) a;
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -273,7 +298,8 @@ SELECT t.name AS topic, t.processor_kind, t.processor, t.processing_lease, t.pro
 
 REVOKE ALL ON FUNCTION wal_delivery.claim_for_processor(integer),
                        wal_delivery.hold_processing_row(bigint, bigint),
-                       wal_delivery.processed_payload_problem(bytea, text),
+                       wal_delivery.processed_payload_problem(bytea, text, integer),
+                       wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                        wal_delivery.finish_processing(bigint, bigint, bytea, text),
                        wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
                        wal_delivery.run_sql_processor(bigint[], bigint[]),
@@ -281,6 +307,7 @@ REVOKE ALL ON FUNCTION wal_delivery.claim_for_processor(integer),
 REVOKE ALL ON wal_delivery.processing_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wal_delivery.claim_for_processor(integer),
                           wal_delivery.hold_processing_row(bigint, bigint),
+                          wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                           wal_delivery.finish_processing(bigint, bigint, bytea, text),
                           wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
                           wal_delivery.run_sql_processor(bigint[], bigint[])
