@@ -234,6 +234,11 @@ BEGIN
         PERFORM pg_notify('wal_delivery_replay', p_id::text);
         RETURN 'queued for retry step 1 of ' || r.destination;
     END IF;
+    IF r.outbox_id IS NULL THEN
+        RAISE EXCEPTION 'dead letter % cannot be replayed: it has no outbox row to put back', p_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Enqueue the payload again with wal_enqueue, then resolve the entry.';
+    END IF;
     UPDATE wal_delivery.outbox
        SET state = 'pending', attempts = 0, available_at = now(), last_error = NULL,
            finished_at = NULL, lease_until = NULL, processed_payload = NULL

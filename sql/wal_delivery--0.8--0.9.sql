@@ -121,6 +121,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
             || (to_jsonb(d) - 'payload' - 'archived_at' - 'archive_object'))::text
       FROM wal_delivery.dead_letters d, wal_delivery.settings s
      WHERE d.resolved_at IS NULL AND d.archived_at IS NULL
+       AND d.replay_requested_at IS NULL   -- on-call is replaying it: not unhandled
        AND coalesce(d.restored_at, d.failed_at) < now() - s.dead_letter_archive_after
      ORDER BY d.id
      LIMIT p_max_rows

@@ -20,7 +20,12 @@ static const role_help roles[] = {
 	{"consume", "deliver records from the main topics to their subscribed destinations",
 	 "  --destination NAME   run a dedicated consumer (own consumer group) for one busy\n"
 	 "                       destination; without it, serve every shared destination\n"},
-	{"retry", "deliver records waiting in the retry steps, pausing failing destinations", ""},
+	{"retry", "deliver records waiting in the retry steps, pausing failing destinations",
+	 "  Consumes the three retry-step topics (group wal_delivery.retry); each message is\n"
+	 "  delivered when due, a transient failure moves it to the next step (then the DLQ).\n"
+	 "  After pause_after_failures consecutive failures the destination is paused for every\n"
+	 "  process; one half-open probe per probe_interval decides when it resumes.\n"
+	 "  See SELECT * FROM wal_delivery.destination_status.\n"},
 	{"dlq", "copy the DLQ topic into wal_delivery.dead_letters and raise alerts", ""},
 	{"process", "run the processors of topics whose records need processing", ""},
 };
