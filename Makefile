@@ -9,7 +9,7 @@ MODULE_big = wal_delivery
 OBJS       = $(patsubst %.c,%.o,$(wildcard src/ext/*.c))
 DATA       = $(wildcard sql/wal_delivery--*.sql)
 # pg_regress tests (sql/NAME.sql, expected/NAME.out), run in this order.
-REGRESS    = extension config enqueue state_machine retention security retries archive upgrade
+REGRESS    = extension config enqueue state_machine retention security retries archive processing upgrade
 REGRESS_OPTS = --load-extension=wal_delivery
 # -Wextra, less the two checks every fmgr function (unused fcinfo) and every PG-style
 # partial initialiser trips.
