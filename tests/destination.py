@@ -41,6 +41,10 @@ class Recorder:
     def record(self, entry):
         with self.lock:
             self.requests.append(entry)
+
+    def write_log(self, entry):
+        """Logged once its answer is decided, so the line carries the status."""
+        with self.lock:
             if self.log:
                 self.log.write(json.dumps(entry) + "\n")
 
@@ -125,6 +129,7 @@ class Handler(BaseHTTPRequestHandler):
         self.recorder.record(entry)
         b = self.recorder.behaviour_for(self.path)
         if b.get("hang"):
+            self.recorder.write_log(entry)
             # Hold the connection without answering until the client gives up.
             while not self.recorder.stopping.wait(0.5):
                 pass
@@ -133,6 +138,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(b["delay_ms"] / 1000.0)
         status = int(b.get("status", 200))
         entry["status"] = status
+        self.recorder.write_log(entry)
         body = json.dumps({"status": status}).encode()
         self.send_response(status)
         for k, v in (b.get("headers") or {}).items():

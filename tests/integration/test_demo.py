@@ -27,6 +27,9 @@ def test_demo_runs_end_to_end_and_stops_cleanly():
         for key in ("order-1-created", "order-2-created", "order-2-paid"):
             assert re.search(rf"POST /orders  idempotency-key={key} ", out.stdout), key
         assert re.search(r'wal_delivered_total\{destination="sample-destination"\} 3', out.stdout)
+        # A 503 is retried from step 1; a 400 becomes a dead letter on-call can see in SQL.
+        assert "order-4-created  x-wal-attempt=2  answered 200" in out.stdout
+        assert re.search(r"sample-destination\s*\|\s*order-4-refund\s*\|\s*HTTP 400", out.stdout)
         assert "make demo-stop" in out.stdout
     finally:
         subprocess.run([str(ROOT / "demo" / "stop")], env=env, capture_output=True, timeout=120)

@@ -1,0 +1,40 @@
+# Demo part: a failed delivery is retried by wal-worker retry; dead letters land in SQL.
+# (Sourced by demo/run.) The retry worker runs at --time-scale 10: step 1 waits 1 s.
+step "starting wal-worker retry and wal-worker dlq (time scale 10: retry step 1 waits 1 s)"
+bin/wal-worker retry --time-scale 10 -X "bootstrap.servers=$KAFKA_BOOTSTRAP" \
+  >"$WAL_ENV_DIR/retry.log" 2>&1 &
+tests/env track retry $!
+bin/wal-worker dlq -X "bootstrap.servers=$KAFKA_BOOTSTRAP" >"$WAL_ENV_DIR/dlq.log" 2>&1 &
+tests/env track dlq $!
+sleep 3 # both join their consumer groups
+
+step "the sample destination answers 503 once, then 400 for a refund: a retry and a dead letter"
+curl -s -X POST "$DEST_URL/_control/behaviour" -d '{"path": "/orders", "status": 503, "times": 1}' >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 -c \
+  "SELECT wal_enqueue('orders.events', '{\"order_id\": 4, \"event\": \"created\"}'::jsonb, 'order-4-created')" >/dev/null
+for _ in $(seq 1 100); do
+  [ "$(grep -c '"order-4-created"' "$WAL_ENV_DIR/destination.jsonl")" -ge 2 ] && break
+  sleep 0.2
+done
+curl -s -X POST "$DEST_URL/_control/behaviour" -d '{"path": "/orders", "status": 400, "times": 1}' >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 -c \
+  "SELECT wal_enqueue('orders.events', '{\"order_id\": 4, \"event\": \"refund\"}'::jsonb, 'order-4-refund')" >/dev/null
+for _ in $(seq 1 100); do
+  [ "$(psql -X -A -t -c "SELECT count(*) FROM wal_delivery.dead_letters")" -ge 1 ] && break
+  sleep 0.2
+done
+sleep 1.5 # the retry worker reports its counters every second
+echo "attempts of order-4-created (1 = main consumer, 2 = retry step 1):"
+python3 - "$WAL_ENV_DIR/destination.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    h = r["headers"]
+    if h.get("idempotency-key") in ("order-4-created", "order-4-refund"):
+        print(f'  {h["idempotency-key"]}  x-wal-attempt={h.get("x-wal-attempt")}  answered {r.get("status")}')
+PY
+psql -X -q <<'SQL'
+SELECT id, destination, idempotency_key, last_error FROM wal_delivery.unresolved_dead_letters;
+SELECT destination, breaker, delivered, failed, backlog FROM wal_delivery.destination_status;
+SQL
+echo "on-call would now run: SELECT wal_delivery.replay_dead_letter(<id>);  or  resolve_dead_letter(<id>, 'note')"
