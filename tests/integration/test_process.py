@@ -93,6 +93,7 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
         assert json.loads(sent["body"]) == {"key": sent["headers"]["Idempotency-Key"]}
         assert transform.count() == 60, "each HTTP row transformed once"
 
+        assert w.get("/readyz")[0] == 200 and w.get("/healthz")[0] == 200
         assert w.metric("wal_process_claimed_total") == 120
         assert w.metric("wal_process_processed_total", topic=sql_topic) == 60
         assert w.metric("wal_process_processed_total", topic=http_topic) == 60
