@@ -108,6 +108,14 @@ register_metrics(process_state *st)
 					   "Database calls that failed (rows wait for their lease).", 0, NULL);
 }
 
+/* Server notices (a shutdown warning, say) as log events rather than bare stderr lines. */
+static void
+log_db_notice(void *arg, const char *message)
+{
+	(void) arg;
+	log_warn("event=db_notice msg=\"%.*s\"", (int) strcspn(message, "\n"), message);
+}
+
 static bool
 ensure_db(process_state *st)
 {
@@ -122,6 +130,7 @@ ensure_db(process_state *st)
 	atomic_store(&st->connected, PQstatus(st->db) == CONNECTION_OK);
 	if (atomic_load(&st->connected))
 	{
+		PQsetNoticeProcessor(st->db, log_db_notice, NULL);
 		log_info("event=db_connected");
 		return true;
 	}
