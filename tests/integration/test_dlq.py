@@ -89,8 +89,8 @@ def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_pat
         try:
             with connect() as conn:
                 wait_until(lambda: conn.execute(
-                    "SELECT count(*) FROM wal_delivery.dead_letters WHERE convert_from(payload, 'UTF8')"
-                    " IN (%s, %s)", (f"no headers {unique}", f"with some {unique}")).fetchone()[0] == 2, 60,
+                    "SELECT count(*) FROM wal_delivery.dead_letters WHERE payload IN (%s, %s)",
+                    (f"no headers {unique}".encode(), f"with some {unique}".encode())).fetchone()[0] == 2, 60,
                     what="both bad messages ingested")
                 row = conn.execute("SELECT topic, idempotency_key, last_error, attempts FROM"
                                    " wal_delivery.dead_letters WHERE destination = %s",

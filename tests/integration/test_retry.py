@@ -231,7 +231,7 @@ def test_dead_letters_alert_once_replay_to_their_destination_and_resolve(tmp_pat
         # A dead letter the database wrote itself (a processing row out of attempts).
         with connect() as conn:
             conn.execute("INSERT INTO wal_delivery.dead_letters (origin, topic, idempotency_key,"
-                         " payload, attempts, last_error) VALUES ('processing', %s, %s, '\\x00', 5,"
+                         " payload, attempts, last_error) VALUES ('processing', %s, %s, 'x', 5,"
                          " 'processor failed')", (topic, f"proc-{unique}"))
 
         def mine():
