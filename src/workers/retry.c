@@ -485,19 +485,23 @@ dispatch_due(retry_state *st)
 			const destination_config *d;
 			dest_state *ds;
 
-			if (q->m.due_ms > now)
-			{
-				prev = q;
-				q = next;
-				continue;
-			}
 			d = config_find_destination(config, q->m.destination);
 			if (d == NULL)
 			{
-				/* Deleted while it had queued retries. */
+				/* Deleted while it had queued retries: no need to wait for its time. */
+				char reason[300];
+
+				snprintf(reason, sizeof(reason), "destination \"%s\" no longer exists",
+						 q->m.destination);
 				free(q->m.bad);
-				q->m.bad = strdup("destination no longer exists");
+				q->m.bad = strdup(reason);
 				send_bad_to_dlq(st, lane_take(l, prev, q));
+				q = next;
+				continue;
+			}
+			if (q->m.due_ms > now)
+			{
+				prev = q;
 				q = next;
 				continue;
 			}

@@ -314,15 +314,16 @@ def test_bad_retry_messages_go_to_the_dlq_with_a_reason_and_never_stall(tmp_path
         arrived = {r["headers"]["idempotency-key"] for r in got}
         assert {f"good-{unique}", f"future-{unique}"} <= arrived, \
             "a message behind bad ones is delivered; a clock jump does not strand one"
-        with connect() as conn:
-            wait_until(lambda: conn.execute(
-                "SELECT count(*) FROM wal_delivery.dead_letters WHERE kafka_topic = %s"
-                " AND (idempotency_key LIKE %s OR destination = %s OR last_error LIKE 'missing%%')",
-                ("wal_delivery.dlq", f"%{unique}", f"nobody-{unique}")).fetchone()[0] >= 3, 30,
-                what="the three bad messages in dead_letters")
-            errors = {r[0]: r[1] for r in conn.execute(
-                "SELECT idempotency_key, last_error FROM wal_delivery.dead_letters"
-                " WHERE idempotency_key LIKE %s", (f"%{unique}",))}
+        def errors():
+            with connect() as conn:
+                return {r[0]: r[1] for r in conn.execute(
+                    "SELECT idempotency_key, last_error FROM wal_delivery.dead_letters"
+                    " WHERE idempotency_key LIKE %s OR (last_error = 'missing header destination'"
+                    " AND failed_at >= to_timestamp(%s))", (f"%{unique}", now_ms / 1000 - 1))}
+
+        wait_until(lambda: len(errors()) >= 3, 30, what="the three bad messages in dead_letters")
+        errors = errors()
+        assert "missing header destination" in errors.values()
         assert errors[f"garbled-{unique}"] == "missing or garbled header step-entered-at"
         assert errors[f"unknown-{unique}"] == f'destination "nobody-{unique}" no longer exists'
         retry = fleet.workers[0]
@@ -399,3 +400,32 @@ def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, u
     finally:
         for d in names.values():
             d.stop()
+
+
+def test_a_destination_deleted_with_queued_retries_sends_them_to_the_dlq(tmp_path, fleet, unique):
+    topic, x = f"r.del.{unique}", f"del-{unique}"
+    down = Destination(tmp_path)
+    down.behave(status=503)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, x, down.url + "/x", [topic],
+                            retry_delays="{40 seconds,1 minute,5 minutes}")
+            wait_published(conn)
+        workers = [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]
+        for w in workers:
+            w.wait_ready()
+        keys = [f"q{i}-{unique}" for i in range(5)]
+        with connect() as conn:
+            enqueue(conn, topic, keys)
+        down.wait_for(5, "/x")  # the main consumer's attempts: all five now wait in step 1
+        with connect() as conn:
+            conn.execute("SET wal_delivery.force_delete = on")
+            conn.execute("DELETE FROM wal_delivery.destinations WHERE name = %s", (x,))
+            wait_published(conn)
+        wait_until(lambda: len(dead_letters(x)) == 5, 30, what="the queued retries in dead_letters")
+        assert {r[1] for r in dead_letters(x)} == {f'destination "{x}" no longer exists'}
+        assert sorted(r[0] for r in dead_letters(x)) == sorted(keys)
+        assert len(down.requests("/x")) == 5, "no attempt after the deletion"
+    finally:
+        down.stop()
