@@ -41,12 +41,20 @@
 #define COMMIT_INTERVAL_MS  1000
 #define SHUTDOWN_TIMEOUT_MS 15000
 #define DEDUPE_MAX_ENTRIES  200000
+#define POLL_BATCH          64 /* records taken per loop turn */
+
+/* A consumed record, shared by its copies and freed with the last one. */
+typedef struct shared_record
+{
+	handoff_message msg; /* kept for a retry or DLQ hand-off; msg.owner is the consumer */
+	int copies_left;
+} shared_record;
 
 typedef struct record_copy
 {
 	tracked_record *record;
 	char *destination;
-	handoff_message msg; /* the record itself, kept for a retry or DLQ hand-off */
+	shared_record *shared;
 } record_copy;
 
 typedef struct consumer_state
@@ -185,7 +193,11 @@ follow_subscriptions(consumer_state *st)
 static void
 copy_free(record_copy *copy)
 {
-	handoff_message_clear(&copy->msg);
+	if (--copy->shared->copies_left == 0)
+	{
+		handoff_message_clear(&copy->shared->msg);
+		free(copy->shared);
+	}
 	free(copy->destination);
 	free(copy);
 }
@@ -214,16 +226,17 @@ hand_off(consumer_state *st, record_copy *copy, handoff_target target, const cha
 
 	metric_add(st->failures, 1, labels);
 	log_info("event=hand_off destination=%s topic=%s key=%s to=%s error=\"%s\"", copy->destination,
-			 copy->msg.source_topic, copy->msg.idempotency_key, handoff_target_name(target), error);
-	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination, &copy->msg,
-				 target, 1, error, not_before_s, copy);
+			 copy->shared->msg.source_topic, copy->shared->msg.idempotency_key,
+			 handoff_target_name(target), error);
+	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination,
+				 &copy->shared->msg, target, 1, error, not_before_s, copy);
 }
 
 static void
 on_http_done(void *opaque, const http_result *result)
 {
 	record_copy *copy = opaque;
-	consumer_state *st = copy->msg.owner;
+	consumer_state *st = copy->shared->msg.owner;
 	const destination_config *d =
 		config_find_destination(config_watch_current(st->watch), copy->destination);
 	delivery_outcome outcome;
@@ -243,10 +256,10 @@ on_http_done(void *opaque, const http_result *result)
 		const char *labels[] = {copy->destination};
 
 		metric_add(st->delivered, 1, labels);
-		dedupe_remember(st->dedupe, copy->msg.idempotency_key, copy->destination, now_ms());
+		dedupe_remember(st->dedupe, copy->shared->msg.idempotency_key, copy->destination, now_ms());
 		log_debug("event=delivered destination=%s topic=%s key=%s status=%ld ms=%ld",
-				  copy->destination, copy->msg.source_topic, copy->msg.idempotency_key,
-				  result->http_status, result->elapsed_ms);
+				  copy->destination, copy->shared->msg.source_topic,
+				  copy->shared->msg.idempotency_key, result->http_status, result->elapsed_ms);
 		copy_done(st, copy);
 		return;
 	}
@@ -278,7 +291,8 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 				 "signing secret unavailable: config came from a peer", -1);
 		return;
 	}
-	req = delivery_request(d, &copy->msg, 1);
+	req = delivery_request(d, &copy->shared->msg, 1);
+	req.body_borrowed = true; /* the shared record outlives the request */
 	if (!http_engine_submit(st->http, &req, on_http_done, copy))
 		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
 }
@@ -291,29 +305,36 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	const destination_config *targets[256];
 	int n_targets = 0;
 	tracked_record *record;
-	handoff_message msg;
+	shared_record *shared = calloc(1, sizeof(*shared));
 
-	handoff_message_from_kafka(&msg, rkm);
+	handoff_message_from_kafka(&shared->msg, rkm);
+	shared->msg.owner = st;
 	for (int i = 0; i < config->n_destinations && n_targets < 256; i++)
 	{
 		const destination_config *d = &config->destinations[i];
 
 		if (serves(st, d) && destination_subscribes(d, topic) &&
-			!dedupe_seen(st->dedupe, msg.idempotency_key, d->name, now_ms()))
+			!dedupe_seen(st->dedupe, shared->msg.idempotency_key, d->name, now_ms()))
 			targets[n_targets++] = d;
 	}
 	record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, n_targets);
+	if (n_targets == 0)
+	{
+		handoff_message_clear(&shared->msg);
+		free(shared);
+		return;
+	}
+	/* All copies hold it before any can finish (a hand-off may complete at once). */
+	shared->copies_left = n_targets;
 	for (int i = 0; i < n_targets; i++)
 	{
 		record_copy *copy = calloc(1, sizeof(*copy));
 
 		copy->record = record;
 		copy->destination = strdup(targets[i]->name);
-		handoff_message_copy(&copy->msg, &msg);
-		copy->msg.owner = st;
+		copy->shared = shared;
 		deliver_copy(st, copy, targets[i]);
 	}
-	handoff_message_clear(&msg);
 }
 
 /* ---------------------------------------------------------------- Kafka plumbing */
@@ -592,6 +613,7 @@ run_consume(const worker_options *opts)
 	for (;;)
 	{
 		rd_kafka_message_t *rkm;
+		bool got_any;
 		int busy = http_engine_in_flight(st.http, NULL) + http_engine_pending(st.http, NULL) +
 				   handoff_pending(st.handoff);
 
@@ -606,16 +628,21 @@ run_consume(const worker_options *opts)
 			(tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
 			break;
 
+		/* Up to POLL_BATCH records per turn, so transfers move on once per batch. */
 		rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);
-		if (rkm)
+		got_any = rkm != NULL;
+		for (int n = 0; rkm; n++)
 		{
 			if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 				handle_record(&st, rkm);
 			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
 			rd_kafka_message_destroy(rkm);
+			rkm = n + 1 < POLL_BATCH && tracker_open_records(st.tracker) < MAX_OPEN_RECORDS
+					  ? rd_kafka_consumer_poll(st.consumer, 0)
+					  : NULL;
 		}
-		http_engine_poll(st.http, busy && !rkm ? 20 : 0);
+		http_engine_poll(st.http, busy && !got_any ? 20 : 0);
 		handoff_poll(st.handoff);
 
 		pause_state_poll(st.pauses);

@@ -18,6 +18,7 @@
 #define POLL_INTERVAL_MS      30000
 #define RECONNECT_INTERVAL_MS 5000
 #define START_RETRY_MS        2000
+#define CHECK_INTERVAL_MS     20 /* how often a worker's loop looks for a NOTIFY */
 
 struct config_watch
 {
@@ -27,6 +28,7 @@ struct config_watch
 	PGconn *conn;
 	control_plane_config *current;
 	int64_t next_poll_ms;
+	int64_t next_check_ms;
 	int64_t next_reconnect_ms;
 	bool db_down_logged;
 	pthread_mutex_t json_lock; /* guards current->json against the admin thread */
@@ -159,6 +161,9 @@ config_watch_poll(config_watch *w)
 	control_plane_config *config;
 	int64_t now = now_ms();
 
+	if (now < w->next_check_ms)
+		return false;
+	w->next_check_ms = now + CHECK_INTERVAL_MS;
 	if (w->conn == NULL || PQstatus(w->conn) != CONNECTION_OK)
 	{
 		if (now < w->next_reconnect_ms)

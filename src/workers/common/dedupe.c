@@ -1,77 +1,77 @@
 /*
- * dedupe.c: a bounded TTL set (see dedupe.h). Open hashing for look-ups and a FIFO ring
- * of insertion order for eviction: the oldest entry goes first, whether it expired or the
- * set is full, so memory never grows past max_entries.
+ * dedupe.c: a bounded TTL set (see dedupe.h) whose memory is all allocated, and touched,
+ * when it is created: max_entries slots used as a ring in insertion order (the oldest goes
+ * first, whether it expired or the set is full) plus a chained hash index of slot numbers.
+ * A pair is kept as two independent 64-bit hashes, not as its text: a false "seen" needs
+ * a 128-bit collision, and nothing is allocated per delivery. Memory: about 40 bytes per
+ * entry whether the set is empty or full, so a worker's footprint does not grow with the
+ * backlog it drains.
  */
 #include "dedupe.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dedupe_entry
+#define NO_SLOT UINT32_MAX
+
+typedef struct dedupe_slot
 {
-	char *pair; /* "key\x1fdestination" */
-	uint64_t hash;
+	uint64_t h1, h2;
 	int64_t expires_ms;
-	struct dedupe_entry *next_in_bucket;
-} dedupe_entry;
+	uint32_t next_in_bucket; /* NO_SLOT ends the chain */
+} dedupe_slot;
 
 struct dedupe_set
 {
-	size_t max_entries;
+	uint32_t max_entries;
 	long ttl_ms;
-	size_t n_buckets;
-	dedupe_entry **buckets;
-	dedupe_entry **ring; /* insertion order */
-	size_t ring_head;    /* oldest */
-	size_t count;
+	uint32_t bucket_mask; /* buckets: a power of two >= 2 x max_entries */
+	uint32_t *buckets;
+	dedupe_slot *slots; /* the ring, in insertion order */
+	uint32_t head;      /* oldest */
+	uint32_t count;
 };
 
-/* FNV-1a over "key\x1fdestination", computed without building that string. */
-static uint64_t
-hash_pair(const char *key, const char *destination)
+/* FNV-1a (h1) and a differently seeded multiply-xorshift (h2) over "key\x1fdestination". */
+static void
+hash_pair(const char *key, const char *destination, uint64_t *h1, uint64_t *h2)
 {
-	uint64_t h = 1469598103934665603ULL;
+	uint64_t a = 1469598103934665603ULL, b = 0x9e3779b97f4a7c15ULL;
+	const char *parts[2] = {key, destination};
 
-	for (const char *s = key; *s; s++)
-		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
-	h = (h ^ 0x1f) * 1099511628211ULL;
-	for (const char *s = destination; *s; s++)
-		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
-	return h;
-}
-
-static bool
-pair_equals(const char *pair, const char *key, const char *destination)
-{
-	size_t kl = strlen(key);
-
-	return strncmp(pair, key, kl) == 0 && pair[kl] == '\x1f' &&
-		   strcmp(pair + kl + 1, destination) == 0;
-}
-
-static char *
-make_pair(const char *key, const char *destination)
-{
-	size_t kl = strlen(key), dl = strlen(destination);
-	char *pair = malloc(kl + dl + 2);
-
-	memcpy(pair, key, kl);
-	pair[kl] = '\x1f';
-	memcpy(pair + kl + 1, destination, dl + 1);
-	return pair;
+	for (int p = 0; p < 2; p++)
+	{
+		for (const unsigned char *s = (const unsigned char *) parts[p]; *s; s++)
+		{
+			a = (a ^ *s) * 1099511628211ULL;
+			b = (b ^ *s) * 0xff51afd7ed558ccdULL;
+			b ^= b >> 29;
+		}
+		a = (a ^ 0x1f) * 1099511628211ULL;
+		b = (b ^ 0x1f) * 0xc4ceb9fe1a85ec53ULL;
+	}
+	*h1 = a;
+	*h2 = b ^ (b >> 32);
 }
 
 dedupe_set *
 dedupe_new(size_t max_entries, long ttl_ms)
 {
 	dedupe_set *set = calloc(1, sizeof(*set));
+	uint32_t n_buckets = 2;
 
-	set->max_entries = max_entries > 0 ? max_entries : 1;
+	set->max_entries = max_entries > 0 && max_entries < UINT32_MAX / 4 ? (uint32_t) max_entries : 1;
 	set->ttl_ms = ttl_ms;
-	set->n_buckets = set->max_entries * 2 + 1;
-	set->buckets = calloc(set->n_buckets, sizeof(dedupe_entry *));
-	set->ring = calloc(set->max_entries, sizeof(dedupe_entry *));
+	while (n_buckets < set->max_entries * 2)
+		n_buckets *= 2;
+	set->bucket_mask = n_buckets - 1;
+	set->buckets = malloc(sizeof(uint32_t) * n_buckets);
+	set->slots = malloc(sizeof(dedupe_slot) * set->max_entries);
+	/* Touch every page now, so the footprint is the same empty or full (a zero fill could
+	 * be turned into calloc, which leaves fresh pages untouched). Slots are read only
+	 * once written. */
+	memset(set->buckets, 0xff, sizeof(uint32_t) * n_buckets);
+	memset(set->slots, 0xff, sizeof(dedupe_slot) * set->max_entries);
 	return set;
 }
 
@@ -82,66 +82,64 @@ dedupe_set_ttl(dedupe_set *set, long ttl_ms)
 }
 
 static void
-unlink_entry(dedupe_set *set, dedupe_entry *e)
-{
-	dedupe_entry **p = &set->buckets[e->hash % set->n_buckets];
-
-	while (*p != e)
-		p = &(*p)->next_in_bucket;
-	*p = e->next_in_bucket;
-	free(e->pair);
-	free(e);
-}
-
-static void
 evict_oldest(dedupe_set *set)
 {
-	dedupe_entry *oldest = set->ring[set->ring_head];
+	uint32_t slot = set->head;
+	uint32_t *p = &set->buckets[set->slots[slot].h1 & set->bucket_mask];
 
-	set->ring[set->ring_head] = NULL;
-	set->ring_head = (set->ring_head + 1) % set->max_entries;
+	while (*p != slot)
+		p = &set->slots[*p].next_in_bucket;
+	*p = set->slots[slot].next_in_bucket;
+	set->head = (set->head + 1) % set->max_entries;
 	set->count--;
-	unlink_entry(set, oldest);
 }
 
 static void
 evict_expired(dedupe_set *set, int64_t now_ms)
 {
-	while (set->count > 0 && set->ring[set->ring_head]->expires_ms <= now_ms)
+	while (set->count > 0 && set->slots[set->head].expires_ms <= now_ms)
 		evict_oldest(set);
 }
 
-/* The hot path: no allocation, one hash, one bucket walk. */
+static bool
+contains(const dedupe_set *set, uint64_t h1, uint64_t h2)
+{
+	for (uint32_t s = set->buckets[h1 & set->bucket_mask]; s != NO_SLOT;
+		 s = set->slots[s].next_in_bucket)
+		if (set->slots[s].h1 == h1 && set->slots[s].h2 == h2)
+			return true;
+	return false;
+}
+
 bool
 dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
 {
-	uint64_t h = hash_pair(key, destination);
+	uint64_t h1, h2;
 
 	evict_expired(set, now_ms);
-	for (dedupe_entry *e = set->buckets[h % set->n_buckets]; e; e = e->next_in_bucket)
-		if (e->hash == h && pair_equals(e->pair, key, destination))
-			return true;
-	return false;
+	hash_pair(key, destination, &h1, &h2);
+	return contains(set, h1, h2);
 }
 
 void
 dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
 {
-	dedupe_entry *e;
-	size_t slot;
+	uint64_t h1, h2;
+	uint32_t slot;
+	uint32_t *bucket;
 
-	if (set->ttl_ms <= 0 || dedupe_seen(set, key, destination, now_ms))
+	if (set->ttl_ms <= 0)
+		return;
+	evict_expired(set, now_ms);
+	hash_pair(key, destination, &h1, &h2);
+	if (contains(set, h1, h2))
 		return;
 	if (set->count == set->max_entries)
 		evict_oldest(set);
-	e = calloc(1, sizeof(*e));
-	e->pair = make_pair(key, destination);
-	e->hash = hash_pair(key, destination);
-	e->expires_ms = now_ms + set->ttl_ms;
-	e->next_in_bucket = set->buckets[e->hash % set->n_buckets];
-	set->buckets[e->hash % set->n_buckets] = e;
-	slot = (set->ring_head + set->count) % set->max_entries;
-	set->ring[slot] = e;
+	slot = (set->head + set->count) % set->max_entries;
+	bucket = &set->buckets[h1 & set->bucket_mask];
+	set->slots[slot] = (dedupe_slot){h1, h2, now_ms + set->ttl_ms, *bucket};
+	*bucket = slot;
 	set->count++;
 }
 
@@ -154,9 +152,7 @@ dedupe_size(const dedupe_set *set)
 void
 dedupe_free(dedupe_set *set)
 {
-	while (set->count > 0)
-		evict_oldest(set);
 	free(set->buckets);
-	free(set->ring);
+	free(set->slots);
 	free(set);
 }

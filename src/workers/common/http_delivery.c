@@ -51,6 +51,7 @@ struct delivery_request
 	char *url;
 	struct curl_slist *headers;
 	char *body;
+	bool body_borrowed; /* the caller's memory, not freed here */
 	size_t body_len;
 	long timeout_ms;
 	bool verify_tls;
@@ -72,6 +73,9 @@ struct http_engine
 	int in_flight;
 	int waiting;
 	bool closing;
+	CURL **spare_easy; /* finished handles, reset and kept for the next transfer */
+	int n_spare_easy;
+	int max_spare_easy;
 	destination_state *buckets[DESTINATION_BUCKETS];
 	destination_state *ready_head;
 	destination_state *ready_tail;
@@ -162,15 +166,37 @@ pop_ready_destination(http_engine *engine)
 	return d;
 }
 
+/* An easy handle per transfer is costly to create; finished ones are reset and reused. */
+static CURL *
+take_easy(http_engine *engine)
+{
+	if (engine->n_spare_easy > 0)
+		return engine->spare_easy[--engine->n_spare_easy];
+	return curl_easy_init();
+}
+
 static void
-free_request(delivery_request *r)
+give_back_easy(http_engine *engine, CURL *easy)
+{
+	if (engine->n_spare_easy < engine->max_spare_easy)
+	{
+		curl_easy_reset(easy);
+		engine->spare_easy[engine->n_spare_easy++] = easy;
+	}
+	else
+		curl_easy_cleanup(easy);
+}
+
+static void
+free_request(http_engine *engine, delivery_request *r)
 {
 	if (r->easy)
-		curl_easy_cleanup(r->easy);
+		give_back_easy(engine, r->easy);
 	curl_slist_free_all(r->headers);
 	free(r->method);
 	free(r->url);
-	free(r->body);
+	if (!r->body_borrowed)
+		free(r->body);
 	free(r);
 }
 
@@ -276,7 +302,7 @@ start_transfer(http_engine *engine, delivery_request *r)
 	CURLcode rc;
 	CURLMcode mrc;
 
-	r->easy = curl_easy_init();
+	r->easy = take_easy(engine);
 	if (!r->easy)
 		return CURLE_OUT_OF_MEMORY;
 	rc = configure_transfer(r);
@@ -288,7 +314,7 @@ start_transfer(http_engine *engine, delivery_request *r)
 	}
 	if (rc != CURLE_OK)
 	{
-		curl_easy_cleanup(r->easy);
+		give_back_easy(engine, r->easy);
 		r->easy = NULL;
 		return rc;
 	}
@@ -354,7 +380,7 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 
 	mark_ready_if_runnable(engine, d);
 	r->done(r->opaque, &result);
-	free_request(r);
+	free_request(engine, r);
 }
 
 /* Hands out free slots round-robin over ready destinations; returns how many completed. */
@@ -446,6 +472,8 @@ http_engine_new(int max_total_in_flight)
 		return NULL;
 	}
 	engine->max_total_in_flight = max_total_in_flight;
+	engine->max_spare_easy = max_total_in_flight > 0 ? max_total_in_flight : 64;
+	engine->spare_easy = calloc(engine->max_spare_easy, sizeof(CURL *));
 	/* Keep an idle connection for every slot, so keep-alive survives between batches. */
 	if (max_total_in_flight > 0)
 		curl_multi_setopt(engine->multi, CURLMOPT_MAXCONNECTS, (long) max_total_in_flight);
@@ -490,14 +518,21 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 	r->destination = d;
 	r->method = strdup(method);
 	r->url = strdup(request->url);
-	r->body = malloc(request->body_len + 1);
+	if (request->body_borrowed)
+	{
+		r->body = (char *) (request->body ? request->body : "");
+		r->body_borrowed = true;
+	}
+	else if ((r->body = malloc(request->body_len + 1)) != NULL)
+	{
+		if (request->body_len > 0)
+			memcpy(r->body, request->body, request->body_len);
+		r->body[request->body_len] = '\0';
+	}
 	if (!r->method || !r->url || !r->body)
 		goto out_of_memory;
 	for (char *p = r->method; *p; p++)
 		*p = (char) toupper((unsigned char) *p);
-	if (request->body_len > 0)
-		memcpy(r->body, request->body, request->body_len);
-	r->body[request->body_len] = '\0';
 	r->body_len = request->body_len;
 	r->timeout_ms = request->timeout_ms;
 	r->verify_tls = request->verify_tls;
@@ -538,7 +573,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
 					 "error=\"%s\" msg=\"submit refused\"",
 					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
-			free_request(r);
+			free_request(engine, r);
 			return false;
 		}
 		return true;
@@ -556,7 +591,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 out_of_memory:
 	curl_slist_free_all(headers);
 	if (r)
-		free_request(r);
+		free_request(engine, r);
 	return false;
 }
 
@@ -646,6 +681,9 @@ http_engine_free(http_engine *engine)
 			d = next;
 		}
 	}
+	while (engine->n_spare_easy > 0)
+		curl_easy_cleanup(engine->spare_easy[--engine->n_spare_easy]);
+	free(engine->spare_easy);
 	curl_multi_cleanup(engine->multi);
 	curl_global_cleanup();
 	free(engine);

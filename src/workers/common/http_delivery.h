@@ -53,8 +53,9 @@ typedef struct
 	const char *url;            /* http:// or https:// */
 	struct curl_slist *headers; /* "Name: value" lines; the engine takes ownership, also
 								 * when submit fails */
-	const char *body;           /* copied by submit; may hold any bytes */
+	const char *body;           /* copied by submit unless body_borrowed; any bytes */
 	size_t body_len;            /* bytes of body */
+	bool body_borrowed;         /* body stays valid until done runs: not copied */
 	long timeout_ms;            /* whole request once started; <= 0: no limit */
 	bool verify_tls;            /* false only for destinations configured so */
 } http_request;
