@@ -223,11 +223,79 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
      ORDER BY i
 $$;
 
+-- hold_processing_row for many rows: one statement locks them all (found by primary key
+-- alone, see complete_processing), then each is checked. Rows come back in the order
+-- given, with refusal set for those the token no longer holds.
+CREATE FUNCTION wal_delivery.hold_processing_rows(p_ids bigint[], p_lease_tokens bigint[])
+RETURNS TABLE (id bigint, lease_token bigint, refusal text, payload bytea, content_type text,
+               processor_kind text, processor text, lease_until timestamptz, max_payload_bytes integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM 1 FROM wal_delivery.outbox o WHERE o.id = ANY (p_ids) ORDER BY o.id FOR UPDATE OF o;
+    FOR r IN
+        SELECT x.id AS x_id, x.token AS x_token, o.id AS o_id, o.state, o.lease_token AS o_token,
+               o.lease_until AS o_lease_until, o.payload AS o_payload, o.content_type AS o_content_type,
+               t.processor_kind AS t_kind, t.processor AS t_processor, t.max_payload_bytes AS t_max
+          FROM unnest(p_ids, p_lease_tokens) WITH ORDINALITY AS x(id, token, n)
+          LEFT JOIN (wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic) ON o.id = x.id
+         ORDER BY x.n
+    LOOP
+        id := r.x_id;
+        lease_token := r.x_token;
+        refusal := NULL;
+        payload := r.o_payload;
+        content_type := r.o_content_type;
+        processor_kind := r.t_kind;
+        processor := r.t_processor;
+        lease_until := r.o_lease_until;
+        max_payload_bytes := r.t_max;
+        IF r.o_id IS NULL OR r.state <> 'processing' OR r.o_token IS DISTINCT FROM r.x_token
+           OR r.o_lease_until <= clock_timestamp() THEN
+            BEGIN
+                PERFORM wal_delivery.refuse_processing_transition(r.x_id, r.x_token);
+            EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+                refusal := SQLERRM;
+            END;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- Stores the processed payloads of rows the caller holds, in one statement, and wakes the
+-- relay. Returns the ids it stored; a row whose token or lease no longer holds is left
+-- alone. The caller has checked each payload (processed_payload_problem).
+CREATE FUNCTION wal_delivery.complete_processing_batch(p_ids bigint[], p_lease_tokens bigint[], p_payloads bytea[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_ids bigint[];
+    v_payloads bytea[];
+BEGIN
+    SELECT array_agg(h.id ORDER BY h.n), array_agg(p_payloads[h.n] ORDER BY h.n) INTO v_ids, v_payloads
+      FROM wal_delivery.hold_processing_rows(p_ids, p_lease_tokens)
+           WITH ORDINALITY AS h(id, lease_token, refusal, payload, content_type, processor_kind,
+                                processor, lease_until, max_payload_bytes, n)
+     WHERE h.refusal IS NULL AND p_payloads[h.n] IS NOT NULL;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    UPDATE wal_delivery.outbox o
+       SET state = 'processed', processed_payload = x.payload, lease_until = NULL,
+           available_at = now(), last_error = NULL
+      FROM unnest(v_ids, v_payloads) AS x(id, payload)
+     WHERE o.id = x.id
+    RETURNING o.id;
+    PERFORM wal_delivery.wake_relay_at_commit();
+END $$;
+
 -- Runs the SQL processor of each held row and finishes it. Not SECURITY DEFINER: the
 -- topic's function runs with the worker's own rights, never the extension owner's. Each
 -- function call is its own subtransaction, so a processor that raises fails only its own
 -- row, and whatever it wrote is undone. A result that comes after the row's lease ran
--- out is refused, not written.
+-- out is refused, not written. Failures are written row by row, results all at once.
 CREATE FUNCTION wal_delivery.run_sql_processor(p_ids bigint[], p_lease_tokens bigint[])
 RETURNS TABLE (id bigint, outcome text, detail text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -238,10 +306,13 @@ DECLARE
     call_for text;
     result bytea;
     err text;
+    done_ids bigint[] := '{}';
+    done_tokens bigint[] := '{}';
+    done_payloads bytea[] := '{}';
+    stored bigint[];
 BEGIN
-    FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
-        id := p_ids[i];
-        SELECT * INTO held FROM wal_delivery.hold_processing_row(p_ids[i], p_lease_tokens[i]);
+    FOR held IN SELECT * FROM wal_delivery.hold_processing_rows(p_ids, p_lease_tokens) LOOP
+        id := held.id;
         IF held.refusal IS NOT NULL THEN
             outcome := 'refused';
             detail := held.refusal;
@@ -250,17 +321,17 @@ BEGIN
         END IF;
         result := NULL;
         err := NULL;
-        fn := to_regprocedure(held.processor || '(bytea)');
+        IF call_for IS DISTINCT FROM held.processor THEN
+            fn := to_regprocedure(held.processor || '(bytea)');
+            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+            call_for := held.processor;
+        END IF;
         IF held.processor_kind IS DISTINCT FROM 'sql' THEN
             err := format('the topic''s processor is no longer a SQL function (%s)', coalesce(held.processor_kind, 'none'));
         ELSIF fn IS NULL THEN
             err := format('processor function %s(bytea) does not exist', held.processor);
         ELSE
-            IF call_for IS DISTINCT FROM held.processor THEN
-                SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
-                  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
-                call_for := held.processor;
-            END IF;
             BEGIN
                 EXECUTE call INTO result USING held.payload;
             EXCEPTION WHEN OTHERS THEN
@@ -270,11 +341,32 @@ BEGIN
         IF clock_timestamp() >= held.lease_until THEN
             outcome := 'refused';
             detail := format('the lease on outbox row %s (token %s) expired at %s, before the processor finished',
-                             p_ids[i], p_lease_tokens[i], held.lease_until);
+                             held.id, held.lease_token, held.lease_until);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        err := coalesce(err, wal_delivery.processed_payload_problem(result, held.content_type, held.max_payload_bytes));
+        IF err IS NULL THEN
+            done_ids := done_ids || held.id;
+            done_tokens := done_tokens || held.lease_token;
+            done_payloads := done_payloads || result;
+            CONTINUE;
+        END IF;
+        SELECT a.outcome, a.detail INTO outcome, detail
+          FROM wal_delivery.record_attempt(held.id, held.lease_token, NULL, err, held.content_type,
+                                           held.max_payload_bytes) a;
+        RETURN NEXT;
+    END LOOP;
+    stored := ARRAY(SELECT * FROM wal_delivery.complete_processing_batch(done_ids, done_tokens, done_payloads));
+    FOR i IN 1 .. cardinality(done_ids) LOOP
+        id := done_ids[i];
+        IF id = ANY (stored) THEN
+            outcome := 'processed';
+            detail := NULL;
         ELSE
-            SELECT a.outcome, a.detail INTO outcome, detail
-              FROM wal_delivery.record_attempt(p_ids[i], p_lease_tokens[i], result, err,
-                                               held.content_type, held.max_payload_bytes) a;
+            outcome := 'refused';
+            detail := format('the lease on outbox row %s (token %s) ran out before its result was written',
+                             id, done_tokens[i]);
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -303,6 +395,8 @@ REVOKE ALL ON FUNCTION wal_delivery.claim_for_processor(integer),
                        wal_delivery.finish_processing(bigint, bigint, bytea, text),
                        wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
                        wal_delivery.run_sql_processor(bigint[], bigint[]),
+                       wal_delivery.hold_processing_rows(bigint[], bigint[]),
+                       wal_delivery.complete_processing_batch(bigint[], bigint[], bytea[]),
                        wal_delivery.check_topic_processing_timeout() FROM PUBLIC;
 REVOKE ALL ON wal_delivery.processing_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wal_delivery.claim_for_processor(integer),
@@ -310,6 +404,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_for_processor(integer),
                           wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                           wal_delivery.finish_processing(bigint, bigint, bytea, text),
                           wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
-                          wal_delivery.run_sql_processor(bigint[], bigint[])
+                          wal_delivery.run_sql_processor(bigint[], bigint[]),
+                          wal_delivery.hold_processing_rows(bigint[], bigint[]),
+                          wal_delivery.complete_processing_batch(bigint[], bigint[], bytea[])
     TO wal_delivery_admin;
 GRANT SELECT ON wal_delivery.processing_status TO wal_delivery_admin;
