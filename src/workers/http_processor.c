@@ -117,6 +117,8 @@ take_answer(transfer *t, CURLcode code)
 	else
 	{
 		r->payload = t->body ? t->body : strdup("");
+		if (r->payload == NULL)
+			fatal("event=out_of_memory");
 		r->payload_len = t->len;
 		t->body = NULL;
 	}

@@ -150,6 +150,8 @@ claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows)
 	}
 	n = PQntuples(res);
 	*rows = n ? calloc(n, sizeof(claimed_row)) : NULL;
+	if (n && *rows == NULL)
+		fatal("event=out_of_memory rows=%d", n);
 	for (int i = 0; i < n; i++)
 	{
 		claimed_row *r = &(*rows)[i];
@@ -169,6 +171,8 @@ claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows)
 		if (raw == NULL)
 			fatal("event=out_of_memory");
 		r->payload = malloc(r->payload_len + 1);
+		if (r->payload == NULL)
+			fatal("event=out_of_memory bytes=%zu", r->payload_len + 1);
 		memcpy(r->payload, raw, r->payload_len);
 		r->payload[r->payload_len] = '\0';
 		PQfreemem(raw);
