@@ -125,17 +125,19 @@ take_answer(transfer *t, CURLcode code)
 }
 
 void
-run_http_processors(attempt_result *results, int n)
+run_http_processors(attempt_result *results, int n, attempts_done_fn done, void *arg)
 {
 	CURLM *multi;
 	transfer *transfers;
+	attempt_result **completed;
 	int running = 0;
 
 	if (n == 0)
 		return;
 	multi = curl_multi_init();
 	transfers = calloc(n, sizeof(transfer));
-	if (multi == NULL || transfers == NULL)
+	completed = calloc(n, sizeof(attempt_result *));
+	if (multi == NULL || transfers == NULL || completed == NULL)
 		fatal("event=out_of_memory");
 	for (int i = 0; i < n; i++)
 	{
@@ -145,7 +147,7 @@ run_http_processors(attempt_result *results, int n)
 	do
 	{
 		CURLMsg *msg;
-		int left;
+		int left, n_completed = 0;
 
 		curl_multi_perform(multi, &running);
 		while ((msg = curl_multi_info_read(multi, &left)) != NULL)
@@ -156,7 +158,10 @@ run_http_processors(attempt_result *results, int n)
 				continue;
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &t);
 			take_answer(t, msg->data.result);
+			completed[n_completed++] = t->result;
 		}
+		if (n_completed > 0)
+			done(arg, completed, n_completed);
 		if (running > 0)
 			curl_multi_poll(multi, NULL, 0, 200, NULL);
 	} while (running > 0);
@@ -169,5 +174,6 @@ run_http_processors(attempt_result *results, int n)
 		free(transfers[i].body);
 	}
 	free(transfers);
+	free(completed);
 	curl_multi_cleanup(multi);
 }

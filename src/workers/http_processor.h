@@ -9,10 +9,15 @@
 
 #include "processing_rows.h"
 
+/* Called with the attempts that completed since the last call (payload or error set). */
+typedef void (*attempts_done_fn)(void *arg, attempt_result *const *done, int n);
+
 /*
- * Sends every results[i].row at once (curl multi) and waits for all of them, each bounded
- * by its topic's processing_timeout; fills in payload or error of each result.
+ * Sends every results[i].row at once (curl multi), each bounded by its topic's
+ * processing_timeout, fills in payload or error of each result and hands the completed
+ * ones to done as they come, so a slow answer does not hold back the others' results
+ * (nor let their leases run out). Returns when every one was handed over.
  */
-void run_http_processors(attempt_result *results, int n);
+void run_http_processors(attempt_result *results, int n, attempts_done_fn done, void *arg);
 
 #endif

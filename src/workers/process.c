@@ -196,6 +196,21 @@ order_by_kind(claimed_row *rows, int n, attempt_result *results)
 	return n_sql;
 }
 
+/* Hands completed HTTP attempts to the database as they come (attempts_done_fn). */
+typedef struct http_finish
+{
+	process_state *st;
+	bool db_ok;
+} http_finish;
+
+static void
+finish_http_attempts(void *arg, attempt_result *const *done, int n)
+{
+	http_finish *f = arg;
+
+	f->db_ok = finish_attempts(f->st->db, done, n) && f->db_ok;
+}
+
 /* Runs one claimed batch to its outcomes. */
 static void
 run_batch(process_state *st, claimed_row *rows, int n)
@@ -216,9 +231,13 @@ run_batch(process_state *st, claimed_row *rows, int n)
 	 * (and counted) rather than cut off. */
 	if (n_sql > 0)
 		db_ok = run_sql_processors(st->db, results, n_sql, sql_timeout_ms + 1000, &timed_out);
-	run_http_processors(results + n_sql, n - n_sql);
 	if (n - n_sql > 0)
-		db_ok = finish_attempts(st->db, results + n_sql, n - n_sql) && db_ok;
+	{
+		http_finish finish = {st, true};
+
+		run_http_processors(results + n_sql, n - n_sql, finish_http_attempts, &finish);
+		db_ok = finish.db_ok && db_ok;
+	}
 	if (timed_out)
 		metric_add(st->sql_timeouts, 1, NULL);
 	else if (!db_ok)

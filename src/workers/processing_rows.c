@@ -88,7 +88,7 @@ append_bytea_element(text_buf *b, const char *bytes, size_t n)
 }
 
 static char *
-id_array(const attempt_result *results, int n, bool tokens)
+id_array(attempt_result *const *results, int n, bool tokens)
 {
 	text_buf b = {0};
 	char num[32];
@@ -97,7 +97,7 @@ id_array(const attempt_result *results, int n, bool tokens)
 	for (int i = 0; i < n; i++)
 	{
 		snprintf(num, sizeof(num), "%s%" PRId64, i ? "," : "",
-				 tokens ? results[i].row->lease_token : results[i].row->id);
+				 tokens ? results[i]->row->lease_token : results[i]->row->id);
 		buf_append_str(&b, num);
 	}
 	buf_append_str(&b, "}");
@@ -233,7 +233,7 @@ row_outcome_name(row_outcome outcome)
 
 /* Matches each (id, outcome, detail) row of res to its result, by id. */
 static void
-take_outcomes(PGresult *res, attempt_result *results, int n)
+take_outcomes(PGresult *res, attempt_result *const *results, int n)
 {
 	for (int i = 0; i < PQntuples(res); i++)
 	{
@@ -241,11 +241,11 @@ take_outcomes(PGresult *res, attempt_result *results, int n)
 
 		for (int j = 0; j < n; j++)
 		{
-			if (results[j].row->id != id || results[j].outcome != OUTCOME_UNKNOWN)
+			if (results[j]->row->id != id || results[j]->outcome != OUTCOME_UNKNOWN)
 				continue;
-			results[j].outcome = outcome_from_name(PQgetvalue(res, i, 1));
+			results[j]->outcome = outcome_from_name(PQgetvalue(res, i, 1));
 			if (!PQgetisnull(res, i, 2))
-				results[j].detail = xstrdup(PQgetvalue(res, i, 2));
+				results[j]->detail = xstrdup(PQgetvalue(res, i, 2));
 			break;
 		}
 	}
@@ -273,6 +273,7 @@ bool
 run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_timeout_ms,
 				   bool *timed_out)
 {
+	attempt_result **each;
 	char *ids, *tokens;
 	const char *params[2];
 	PGresult *res;
@@ -283,15 +284,20 @@ run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_ti
 		return true;
 	if (!set_statement_timeout(db, statement_timeout_ms))
 		return false;
-	ids = id_array(results, n, false);
-	tokens = id_array(results, n, true);
+	each = malloc(n * sizeof(attempt_result *));
+	if (each == NULL)
+		fatal("event=out_of_memory");
+	for (int i = 0; i < n; i++)
+		each[i] = &results[i];
+	ids = id_array(each, n, false);
+	tokens = id_array(each, n, true);
 	params[0] = ids;
 	params[1] = tokens;
 	res = PQexecParams(db, "SELECT id, outcome, detail FROM wal_delivery.run_sql_processor($1, $2)",
 					   2, NULL, params, NULL, NULL, 0);
 	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (ok)
-		take_outcomes(res, results, n);
+		take_outcomes(res, each, n);
 	else
 	{
 		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -305,13 +311,14 @@ run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_ti
 							 : "the lease expiry returns the rows");
 	}
 	PQclear(res);
+	free(each);
 	free(ids);
 	free(tokens);
 	return ok;
 }
 
 bool
-finish_attempts(PGconn *db, attempt_result *results, int n)
+finish_attempts(PGconn *db, attempt_result *const *results, int n)
 {
 	text_buf payloads = {0}, errors = {0};
 	char *ids, *tokens;
@@ -330,9 +337,9 @@ finish_attempts(PGconn *db, attempt_result *results, int n)
 			buf_append_str(&payloads, ",");
 			buf_append_str(&errors, ",");
 		}
-		append_bytea_element(&payloads, results[i].error ? NULL : results[i].payload,
-							 results[i].payload_len);
-		append_text_element(&errors, results[i].error);
+		append_bytea_element(&payloads, results[i]->error ? NULL : results[i]->payload,
+							 results[i]->payload_len);
+		append_text_element(&errors, results[i]->error);
 	}
 	buf_append_str(&payloads, "}");
 	buf_append_str(&errors, "}");
@@ -351,7 +358,7 @@ finish_attempts(PGconn *db, attempt_result *results, int n)
 	else
 		log_error("event=finish_failed rows=%d first_id=%" PRId64
 				  " error=\"%s\" msg=\"the lease expiry returns the rows\"",
-				  n, results[0].row->id, first_line(db));
+				  n, results[0]->row->id, first_line(db));
 	PQclear(res);
 	free(ids);
 	free(tokens);

@@ -78,8 +78,8 @@ int expire_processing_leases(PGconn *db);
 bool run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_timeout_ms,
 						bool *timed_out);
 
-/* Hands the HTTP processors' results to the database in one call; fills in outcomes. */
-bool finish_attempts(PGconn *db, attempt_result *results, int n);
+/* Hands HTTP processors' results to the database in one call; fills in their outcomes. */
+bool finish_attempts(PGconn *db, attempt_result *const *results, int n);
 
 void free_attempt_results(attempt_result *results, int n);
 const char *row_outcome_name(row_outcome outcome);

@@ -193,6 +193,31 @@ def test_a_processor_slower_than_the_lease_writes_nothing_and_the_next_holder_wi
         transform.stop()
 
 
+def test_a_slow_answer_does_not_hold_back_the_rest_of_its_batch(tmp_path, kafka_bootstrap, unique,
+                                                                 workers):
+    topic = f"proc.slowone.{unique}"
+    transform = TransformServer(
+        lambda key, call, body: (200, wrap(body, call), 3.0 if key == "slow" and call == 1 else 0))
+    try:
+        with connect() as conn:
+            make_processing_topic(conn, topic, "http", transform.url, processing_lease="2 seconds")
+            keys = ["slow"] + [f"k{i:02}" for i in range(20)]
+            enqueue_json(conn, topic, keys)
+            w = start(workers, tmp_path, "p1")
+            wait_all_stored(conn, topic, len(keys), timeout=60)
+            attempts = dict(conn.execute("SELECT idempotency_key, attempts FROM wal_delivery.outbox"
+                                         " WHERE topic = %s", (topic,)).fetchall())
+            assert_processed_once(conn, topic, len(keys))
+        assert attempts.pop("slow") == 2
+        assert set(attempts.values()) == {1}, "the fast answers were written within their lease"
+        assert w.metric("wal_process_results_refused_total", topic=topic) == 1
+        seen = read_topic(kafka_bootstrap, topic, keys)
+        assert json.loads(seen["slow"][0]["value"])["call"] == 2
+        assert json.loads(seen["k07"][0]["value"]) == {"transformed": {"key": "k07"}, "call": 1}
+    finally:
+        transform.stop()
+
+
 SQL_ALWAYS_FAILS = """
 CREATE OR REPLACE FUNCTION proc_test.always_fails(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
 BEGIN
