@@ -401,6 +401,7 @@ REVOKE ALL ON FUNCTION wal_delivery.claim_for_processor(integer),
 REVOKE ALL ON wal_delivery.processing_status FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wal_delivery.claim_for_processor(integer),
                           wal_delivery.hold_processing_row(bigint, bigint),
+                          wal_delivery.processed_payload_problem(bytea, text, integer),
                           wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                           wal_delivery.finish_processing(bigint, bigint, bytea, text),
                           wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),

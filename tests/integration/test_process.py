@@ -105,6 +105,33 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
         transform.stop()
 
 
+def test_the_worker_needs_no_more_than_the_admin_role(tmp_path, kafka_bootstrap, unique, workers):
+    topic, http_topic = f"proc.role.{unique}", f"proc.role.http.{unique}"
+    transform = TransformServer()
+    try:
+        with connect() as conn:
+            conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'proc_worker')"
+                         " THEN CREATE ROLE proc_worker LOGIN IN ROLE wal_delivery_admin; END IF; END $$")
+            conn.execute("GRANT USAGE ON SCHEMA proc_test TO proc_worker")
+            conn.execute("CREATE OR REPLACE FUNCTION proc_test.fails_once(p bytea) RETURNS bytea"
+                         " LANGUAGE plpgsql AS $$ BEGIN IF convert_from(p, 'UTF8') LIKE '%bad%' THEN"
+                         " RAISE EXCEPTION 'bad record'; END IF; RETURN p; END $$")
+            make_processing_topic(conn, topic, "sql", "proc_test.fails_once", processing_max_attempts=1)
+            make_processing_topic(conn, http_topic, "http", transform.url)
+            enqueue_json(conn, topic, ["good", "bad"])
+            enqueue_json(conn, http_topic, ["h1"])
+            w = Worker(tmp_path, "process", conninfo="user=proc_worker application_name=p1")
+            workers.append(w)
+            wait_until(lambda: states(conn, topic) == {"stored": 1, "dead": 1}, 30,
+                       what=f"one stored, one dead (now {states(conn, topic)})")
+            wait_all_stored(conn, http_topic, 1)
+        assert "permission denied" not in w.output()
+        assert w.metric("wal_process_processed_total", topic=topic) == 1
+        assert w.metric("wal_process_dead_total", topic=topic) == 1
+    finally:
+        transform.stop()
+
+
 def test_kill9_mid_batch_rows_come_back_after_the_lease_and_are_processed_once(
         tmp_path, kafka_bootstrap, unique, workers):
     topic = f"proc.kill.{unique}"
