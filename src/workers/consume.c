@@ -37,7 +37,7 @@
 #include "common/webhook.h"
 #include "roles.h"
 
-#define MAX_OPEN_RECORDS    2000 /* pause fetching above this many open records */
+#define MAX_OPEN_RECORDS    2000 /* take no more records while this many are open */
 #define COMMIT_INTERVAL_MS  1000
 #define SHUTDOWN_TIMEOUT_MS 15000
 #define DEDUPE_MAX_ENTRIES  200000
@@ -387,33 +387,19 @@ commit_done_offsets(consumer_state *st, bool sync)
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
-/* Backpressure: stop fetching while too many records are open. */
+/* Stopping: no more fetching; what is in flight finishes. */
 static void
-pause_or_resume(consumer_state *st, bool force_pause)
+stop_fetching(consumer_state *st)
 {
-	int open = tracker_open_records(st->tracker);
 	rd_kafka_topic_partition_list_t *assignment = NULL;
 
-	if (!st->assigned)
-		return;
-	if (!st->paused && (force_pause || open >= MAX_OPEN_RECORDS))
+	if (st->assigned &&
+		rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			rd_kafka_pause_partitions(st->consumer, assignment);
-			rd_kafka_topic_partition_list_destroy(assignment);
-		}
-		st->paused = true;
+		rd_kafka_pause_partitions(st->consumer, assignment);
+		rd_kafka_topic_partition_list_destroy(assignment);
 	}
-	else if (st->paused && !force_pause && open < MAX_OPEN_RECORDS / 2)
-	{
-		if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			rd_kafka_resume_partitions(st->consumer, assignment);
-			rd_kafka_topic_partition_list_destroy(assignment);
-		}
-		st->paused = false;
-	}
+	st->paused = true;
 }
 
 /* Lag per assigned partition: the end of the partition (as last fetched) minus our position. */
@@ -562,7 +548,7 @@ run_consume(const worker_options *opts)
 {
 	consumer_state st = {.opts = opts};
 	char errbuf[512];
-	int64_t shutdown_deadline = 0;
+	int64_t shutdown_deadline = 0, next_forced_poll_ms = 0;
 
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGINT, on_stop_signal);
@@ -613,7 +599,7 @@ run_consume(const worker_options *opts)
 	for (;;)
 	{
 		rd_kafka_message_t *rkm;
-		bool got_any;
+		bool got_any, saturated;
 		int busy = http_engine_in_flight(st.http, NULL) + http_engine_pending(st.http, NULL) +
 				   handoff_pending(st.handoff);
 
@@ -622,14 +608,26 @@ run_consume(const worker_options *opts)
 			/* Stop fetching; finish what is in flight within a bound. */
 			log_info("event=stopping open_records=%d", tracker_open_records(st.tracker));
 			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
-			pause_or_resume(&st, true);
+			stop_fetching(&st);
 		}
 		if (shutdown_deadline &&
 			(tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
 			break;
 
-		/* Up to POLL_BATCH records per turn, so transfers move on once per batch. */
-		rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);
+		/*
+		 * Backpressure: with MAX_OPEN_RECORDS open, take no more records (librdkafka's
+		 * prefetch is bounded by queued.max.messages.kbytes), but still poll once a second
+		 * so rebalances are served. Pausing the partitions instead would drop the prefetched
+		 * records and fetch them again on resume, which stalled delivery (bench/deliver).
+		 * Otherwise up to POLL_BATCH records per turn, so transfers move on once per batch.
+		 */
+		saturated = tracker_open_records(st.tracker) >= MAX_OPEN_RECORDS;
+		rkm = NULL;
+		if (!saturated || now_ms() >= next_forced_poll_ms)
+		{
+			rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);
+			next_forced_poll_ms = now_ms() + 1000;
+		}
 		got_any = rkm != NULL;
 		for (int n = 0; rkm; n++)
 		{
@@ -657,8 +655,6 @@ run_consume(const worker_options *opts)
 			update_gauges(&st);
 			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
 		}
-		if (!shutdown_deadline)
-			pause_or_resume(&st, false);
 	}
 
 	/* Abandon what did not finish (not committed, so it is consumed again), then commit. */

@@ -38,7 +38,6 @@ request_headers(const destination_config *d, const handoff_message *m, int attem
 		snprintf(line, sizeof(line), "%s: %s", name, json_string_value(value));
 		headers = curl_slist_append(headers, line);
 	}
-	headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
 	if (d->signing_secret && !webhook_add_headers(&headers, d->signing_secret, m->idempotency_key,
 												  (long) time(NULL), m->payload, m->payload_len))
 		log_warn("event=signing_failed destination=%s key=%s msg=\"sending unsigned\"", d->name,
