@@ -10,10 +10,11 @@ Control endpoints (never recorded):
     GET  /_control/requests[?path=/prefix]  the recorded requests as a JSON list
     POST /_control/behaviour                {"path": "/a", "status": 503, "delay_ms": 0,
                                              "hang": false, "headers": {...}, "times": N,
-                                             "ratio": 0.3}
+                                             "ratio": 0.3, "body_bytes": N}
         A behaviour applies to requests whose path starts with "path" (default: all);
         with "times" it applies to the next N matching requests only; with "ratio" to
-        that fraction of them, drawn at random. The newest matching behaviour wins.
+        that fraction of them, drawn at random; "body_bytes" answers with a body of that
+        many bytes, streamed. The newest matching behaviour wins.
         Each recorded request gets the "status" it was answered with.
     POST /_control/reset                    forget requests and behaviours
 """
@@ -140,13 +141,23 @@ class Handler(BaseHTTPRequestHandler):
         entry["status"] = status
         self.recorder.write_log(entry)
         body = json.dumps({"status": status}).encode()
+        size = int(b.get("body_bytes", len(body)))
         self.send_response(status)
         for k, v in (b.get("headers") or {}).items():
             self.send_header(k, str(v))
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(size))
         self.end_headers()
-        self.wfile.write(body)
+        if "body_bytes" not in b:
+            self.wfile.write(body)
+            return
+        chunk = b" " * (1 << 20)  # a huge answer, streamed
+        try:
+            while size > 0:
+                self.wfile.write(chunk[:min(size, len(chunk))])
+                size -= len(chunk)
+        except OSError:
+            pass  # the client gave up on it
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
 

@@ -308,6 +308,36 @@ def test_unresolvable_and_silent_destinations_go_to_retry_with_the_reason(tmp_pa
         silent.stop()
 
 
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_answers_of_half_a_gigabyte_are_read_and_dropped_in_bounded_memory(tmp_path, workers, unique):
+    topic, name = f"c.huge.{unique}", f"huge-{unique}"
+    dest = Destination(tmp_path)
+    dest.behave(status=200, body_bytes=512 << 20)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, name, dest.url + "/big", [topic], timeout="60 seconds")
+            conn.execute("SELECT wal_enqueue_batch(%s, ARRAY['{}','{}','{}']::jsonb[],"
+                         " ARRAY['h1','h2','h3'])", (topic,))
+            wait_all_stored(conn, topic, 3)
+            wait_published(conn)
+        w = workers()
+        wait_until(lambda: w.metric("wal_delivered_total", destination=name) == 3, 120,
+                   what="three copies answered with 512 MiB each, delivered")
+        peak = peak_rss_mb(w.proc.pid)
+        assert peak < 120, f"peak RSS {peak:.0f} MB for 1.5 GiB of answers"
+        report(f"consumer: 3 answers of 512 MiB each read and dropped, peak RSS {peak:.0f} MB")
+    finally:
+        dest.stop()
+
+
 def test_a_record_without_the_relays_headers_is_still_delivered(tmp_path, workers, kafka_bootstrap, unique):
     from confluent_kafka import Producer
     topic = f"c.raw.{unique}"
