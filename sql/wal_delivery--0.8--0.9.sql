@@ -286,3 +286,11 @@ GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
 GRANT EXECUTE ON PROCEDURE wal_delivery.archive_dead_letters(jsonb) TO wal_delivery_admin;
 
 SELECT pg_catalog.pg_extension_config_dump('wal_delivery.archive_credentials', '');
+
+-- On-call sees which unresolved entries are already safe in S3 (archive_keeps_rows) and
+-- which are being replayed.
+CREATE OR REPLACE VIEW wal_delivery.unresolved_dead_letters AS
+SELECT id, origin, topic, destination, idempotency_key, outbox_id, attempts, last_error,
+       failed_at, now() - failed_at AS age, replay_requested_at, archived_at, archive_object
+  FROM wal_delivery.dead_letters
+ WHERE resolved_at IS NULL;
