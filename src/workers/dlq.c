@@ -29,6 +29,7 @@
 #include "common/admin_server.h"
 #include "common/clock.h"
 #include "common/config_watch.h"
+#include "common/db_connect.h"
 #include "common/handoff.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
@@ -122,7 +123,7 @@ ensure_db(dlq_state *st)
 		return true;
 	if (st->db)
 		PQfinish(st->db);
-	st->db = PQconnectdb(st->opts->conninfo);
+	st->db = db_connect(st->opts->conninfo, "dlq");
 	if (PQstatus(st->db) == CONNECTION_OK)
 		return true;
 	log_error("event=db_unreachable error=\"%s\" msg=\"not consuming until it is back\"",

@@ -23,6 +23,7 @@
 
 #include "common/admin_server.h"
 #include "common/clock.h"
+#include "common/db_connect.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "http_processor.h"
@@ -119,14 +120,11 @@ log_db_notice(void *arg, const char *message)
 static bool
 ensure_db(process_state *st)
 {
-	const char *keys[] = {"dbname", "fallback_application_name", NULL};
-	const char *values[] = {st->opts->conninfo, "wal-worker process", NULL};
-
 	if (st->db && PQstatus(st->db) == CONNECTION_OK)
 		return true;
 	if (st->db)
 		PQfinish(st->db);
-	st->db = PQconnectdbParams(keys, values, 1);
+	st->db = db_connect(st->opts->conninfo, "process");
 	atomic_store(&st->connected, PQstatus(st->db) == CONNECTION_OK);
 	if (atomic_load(&st->connected))
 	{

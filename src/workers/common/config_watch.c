@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "db_connect.h"
 #include "log.h"
 
 #define POLL_INTERVAL_MS      30000
@@ -43,7 +44,7 @@ connect_db(config_watch *w, char *errbuf, size_t errbuf_size)
 		return true;
 	if (w->conn)
 		PQfinish(w->conn);
-	w->conn = PQconnectdb(w->opts->conninfo);
+	w->conn = db_connect(w->opts->conninfo, w->opts->role);
 	if (PQstatus(w->conn) != CONNECTION_OK)
 	{
 		snprintf(errbuf, errbuf_size, "%s", PQerrorMessage(w->conn));

@@ -10,6 +10,7 @@
 #include <libpq-fe.h>
 
 #include "clock.h"
+#include "db_connect.h"
 #include "log.h"
 
 #define REFRESH_INTERVAL_MS   5000
@@ -77,7 +78,7 @@ connected(pause_state *ps)
 	ps->next_reconnect_ms = now_ms() + RECONNECT_INTERVAL_MS;
 	if (ps->conn)
 		PQfinish(ps->conn);
-	ps->conn = PQconnectdb(ps->opts->conninfo);
+	ps->conn = db_connect(ps->opts->conninfo, ps->opts->role);
 	if (PQstatus(ps->conn) != CONNECTION_OK)
 	{
 		if (!ps->down_logged)
