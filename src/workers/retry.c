@@ -46,6 +46,7 @@
 #include "common/pause_state.h"
 #include "common/retry_message.h"
 #include "common/webhook.h"
+#include "retry_state.h"
 #include "roles.h"
 
 #define LANE_BUFFER          500 /* messages kept per partition before its fetch pauses */
@@ -55,205 +56,20 @@
 #define PROBE_LEASE_SLACK_MS 10000
 #define SHUTDOWN_TIMEOUT_MS  15000
 
-struct lane;
-
-/* One consumed message, from its lane to its outcome. */
-typedef struct queued
-{
-	retry_message m;
-	tracked_record *record;
-	struct lane *lane;
-	int64_t offset;           /* in its retry topic */
-	bool probe;               /* the half-open probe */
-	bool pause_after_handoff; /* its failure tripped the pause */
-	char error[256];          /* its last failure */
-	struct queued *next;
-} queued;
-
-typedef struct lane
-{
-	char *topic;
-	int32_t partition;
-	int step;
-	bool assigned;
-	bool fetch_paused;
-	queued *head, *tail;
-	int n;
-	int64_t backlog;
-} lane;
-
-typedef struct step_stats
-{
-	int consecutive_failures;
-	int in_flight;
-	long delivered; /* since the last report */
-	long failed;
-	char last_error[256];
-	int64_t last_error_at; /* wall ms, 0: none since the last report */
-	int64_t last_success_at;
-	bool owned; /* this process holds the destination's partition of this step */
-} step_stats;
-
-typedef struct dest_state
-{
-	char *name;
-	step_stats steps[RETRY_STEPS];
-	int in_flight;
-	int window; /* attempts allowed in flight; ramps up after a pause */
-	int64_t next_ramp_ms;
-	int64_t next_probe_try_ms;
-	bool paused;  /* as last seen in the shared state */
-	bool pausing; /* tripped here; the shared pause follows the hand-off's ack */
-	bool probing;
-} dest_state;
-
-typedef struct retry_state
-{
-	const worker_options *opts;
-	config_watch *watch;
-	pause_state *pauses;
-	rd_kafka_t *consumer;
-	http_engine *http;
-	handoff_producer *handoff;
-	offset_tracker *tracker;
-	partition_backlog *backlogs;
-	lane **lanes;
-	int n_lanes;
-	dest_state **dests;
-	int n_dests;
-	bool assigned;
-	int64_t next_commit_ms;
-	int64_t next_report_ms;
-	metric *delivered;
-	metric *failed;
-	metric *handed_off;
-	metric *bad_messages;
-	metric *probes;
-	metric *paused_gauge;
-	metric *window_gauge;
-	metric *backlog_gauge;
-} retry_state;
-
 static volatile sig_atomic_t stop_requested = 0;
 
-static void
-on_stop_signal(int signo)
-{
-	(void) signo;
-	stop_requested = 1;
-}
-
+/* A duration of the retry policy as this worker runs it (--time-scale). */
 static long
 scaled(const retry_state *st, long ms)
 {
 	return (long) (ms / st->opts->time_scale);
 }
 
-/* ---------------------------------------------------------------- lanes and destinations */
-
-static lane *
-find_lane(retry_state *st, const char *topic, int32_t partition)
-{
-	for (int i = 0; i < st->n_lanes; i++)
-		if (st->lanes[i]->partition == partition && strcmp(st->lanes[i]->topic, topic) == 0)
-			return st->lanes[i];
-	return NULL;
-}
-
-/* Lanes live until the worker stops, so a delivery in flight may point at a revoked one. */
-static lane *
-get_lane(retry_state *st, const char *topic, int32_t partition)
-{
-	lane *l = find_lane(st, topic, partition);
-
-	if (l)
-		return l;
-	l = calloc(1, sizeof(*l));
-	l->topic = strdup(topic);
-	l->partition = partition;
-	l->step = retry_topic_step(topic, config_watch_current(st->watch)->retry_topic_prefix);
-	st->lanes = realloc(st->lanes, sizeof(lane *) * (st->n_lanes + 1));
-	st->lanes[st->n_lanes++] = l;
-	return l;
-}
-
-static dest_state *
-get_dest(retry_state *st, const char *name)
-{
-	const destination_config *d;
-	dest_state *ds;
-
-	for (int i = 0; i < st->n_dests; i++)
-		if (strcmp(st->dests[i]->name, name) == 0)
-			return st->dests[i];
-	ds = calloc(1, sizeof(*ds));
-	ds->name = strdup(name);
-	d = config_find_destination(config_watch_current(st->watch), name);
-	ds->window = d ? d->max_in_flight : 1;
-	ds->paused = pause_state_is_paused(st->pauses, name);
-	st->dests = realloc(st->dests, sizeof(dest_state *) * (st->n_dests + 1));
-	st->dests[st->n_dests++] = ds;
-	return ds;
-}
-
-/* The destination whose retry partition this is, NULL when none. */
-static const destination_config *
-partition_owner(const control_plane_config *config, int32_t partition)
-{
-	for (int i = 0; i < config->n_destinations; i++)
-		if (config->destinations[i].retry_partition == partition)
-			return &config->destinations[i];
-	return NULL;
-}
-
 static void
-lane_push_tail(lane *l, queued *q)
+on_stop_signal(int signo)
 {
-	q->next = NULL;
-	if (l->tail)
-		l->tail->next = q;
-	else
-		l->head = q;
-	l->tail = q;
-	l->n++;
-}
-
-static void
-lane_push_head(lane *l, queued *q)
-{
-	q->next = l->head;
-	l->head = q;
-	if (l->tail == NULL)
-		l->tail = q;
-	l->n++;
-}
-
-/* Takes q, which follows prev (NULL: q is the head), out of the lane. */
-static queued *
-lane_take(lane *l, queued *prev, queued *q)
-{
-	if (prev)
-		prev->next = q->next;
-	else
-		l->head = q->next;
-	if (l->tail == q)
-		l->tail = prev;
-	l->n--;
-	q->next = NULL;
-	return q;
-}
-
-static queued *
-lane_pop(lane *l)
-{
-	return lane_take(l, NULL, l->head);
-}
-
-static void
-queued_free(queued *q)
-{
-	retry_message_clear(&q->m);
-	free(q);
+	(void) signo;
+	stop_requested = 1;
 }
 
 /* Its outcome is durable: the offset may move past it. */
@@ -342,7 +158,7 @@ on_http_done(void *opaque, const http_result *result)
 	retry_state *st = q->m.msg.owner;
 	const destination_config *d =
 		config_find_destination(config_watch_current(st->watch), q->m.destination);
-	dest_state *ds = get_dest(st, q->m.destination);
+	dest_state *ds = dest_get(st, q->m.destination);
 	step_stats *ss = &ds->steps[q->m.step - 1];
 	delivery_outcome outcome;
 
@@ -437,7 +253,7 @@ static void
 on_message(retry_state *st, const rd_kafka_message_t *rkm)
 {
 	const char *topic = rd_kafka_topic_name(rkm->rkt);
-	lane *l = get_lane(st, topic, rkm->partition);
+	lane *l = lane_get(st, topic, rkm->partition);
 	queued *q = calloc(1, sizeof(*q));
 
 	q->lane = l;
@@ -505,28 +321,13 @@ dispatch_due(retry_state *st)
 				q = next;
 				continue;
 			}
-			ds = get_dest(st, d->name);
+			ds = dest_get(st, d->name);
 			if (!can_start(ds, d, l->step))
 				break;
 			deliver(st, ds, d, lane_take(l, prev, q));
 			q = next;
 		}
 	}
-}
-
-/* The lane's first due message and the one before it; NULL when none is due. */
-static queued *
-first_due(lane *l, int64_t now, queued **prev_out)
-{
-	queued *prev = NULL;
-
-	for (queued *q = l->head; q; prev = q, q = q->next)
-		if (q->m.due_ms <= now)
-		{
-			*prev_out = prev;
-			return q;
-		}
-	return NULL;
 }
 
 /* While a destination is paused: one due message as the probe, if this process wins it. */
@@ -546,7 +347,7 @@ probe_paused(retry_state *st)
 
 		if (q == NULL || (d = config_find_destination(config, q->m.destination)) == NULL)
 			continue;
-		ds = get_dest(st, d->name);
+		ds = dest_get(st, d->name);
 		next_probe = pause_state_next_probe_ms(st->pauses, d->name);
 		if (!ds->paused || ds->probing || next_probe == 0 || now < next_probe ||
 			now_ms() < ds->next_probe_try_ms)
@@ -635,7 +436,7 @@ adjust_fetching(retry_state *st)
 		hold = l->n >= LANE_BUFFER || (l->tail && l->tail->m.earliest_ms > now);
 		if (!hold && l->head)
 		{
-			dest_state *ds = get_dest(st, l->head->m.destination);
+			dest_state *ds = dest_get(st, l->head->m.destination);
 
 			hold = ds->paused || ds->pausing;
 		}
@@ -652,78 +453,7 @@ adjust_fetching(retry_state *st)
 	}
 }
 
-/* ---------------------------------------------------------------- reporting */
-
-static char *
-iso_time(char *buf, size_t size, int64_t ms)
-{
-	time_t secs = (time_t) (ms / 1000);
-	struct tm tm;
-
-	gmtime_r(&secs, &tm);
-	snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-			 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (ms % 1000));
-	return buf;
-}
-
-/* Per destination and step this process owns: counters into destination_step_stats. */
-static void
-report_stats(retry_state *st)
-{
-	const control_plane_config *config = config_watch_current(st->watch);
-	json_t *rows = json_array();
-	char when[80];
-
-	for (int i = 0; i < st->n_lanes; i++)
-	{
-		lane *l = st->lanes[i];
-		const destination_config *d = partition_owner(config, l->partition);
-		step_stats *ss;
-		json_t *row;
-
-		if (!l->assigned || d == NULL || l->step < 1)
-			continue;
-		l->backlog = partition_backlog_get(st->backlogs, l->topic, l->partition);
-		ss = &get_dest(st, d->name)->steps[l->step - 1];
-		row = json_pack("{s:s, s:i, s:i, s:I, s:I}", "destination", d->name, "step", l->step,
-						"consecutive_failures", ss->consecutive_failures, "delivered",
-						(json_int_t) ss->delivered, "failed", (json_int_t) ss->failed);
-		if (l->backlog >= 0)
-			json_object_set_new(row, "backlog", json_integer(l->backlog));
-		if (ss->last_error_at)
-		{
-			json_object_set_new(row, "last_error", json_string(ss->last_error));
-			json_object_set_new(row, "last_error_at",
-								json_string(iso_time(when, sizeof(when), ss->last_error_at)));
-		}
-		if (ss->last_success_at)
-			json_object_set_new(row, "last_success_at",
-								json_string(iso_time(when, sizeof(when), ss->last_success_at)));
-		json_array_append_new(rows, row);
-		metric_set(st->backlog_gauge, (double) l->backlog,
-				   (const char *const[]){d->name, l->topic});
-	}
-	if (json_array_size(rows) > 0 && pause_state_report_stats(st->pauses, rows))
-		for (int i = 0; i < st->n_dests; i++)
-			for (int s = 0; s < RETRY_STEPS; s++)
-			{
-				step_stats *ss = &st->dests[i]->steps[s];
-
-				ss->delivered = ss->failed = 0;
-				ss->last_error_at = ss->last_success_at = 0;
-			}
-	json_decref(rows);
-}
-
 /* ---------------------------------------------------------------- Kafka plumbing */
-
-static void
-drop_lane_messages(retry_state *st, lane *l)
-{
-	while (l->head)
-		queued_free(lane_pop(l));
-	(void) st;
-}
 
 static void
 on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
@@ -739,7 +469,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		rd_kafka_resume_partitions(rk, parts);
 		for (int i = 0; i < parts->cnt; i++)
 		{
-			lane *l = get_lane(st, parts->elems[i].topic, parts->elems[i].partition);
+			lane *l = lane_get(st, parts->elems[i].topic, parts->elems[i].partition);
 
 			l->assigned = true;
 			l->fetch_paused = false;
@@ -760,7 +490,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 	tracker_forget(st->tracker, parts);
 	for (int i = 0; i < parts->cnt; i++)
 	{
-		lane *l = find_lane(st, parts->elems[i].topic, parts->elems[i].partition);
+		lane *l = lane_find(st, parts->elems[i].topic, parts->elems[i].partition);
 
 		if (l)
 		{
