@@ -355,36 +355,10 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		st->paused = false;
 		return;
 	}
-	/* Revoked: commit what is done, then forget the rest (the new owner re-reads it). */
-	{
-		rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
-
-		if (done)
-		{
-			rd_kafka_commit(rk, done, 0);
-			rd_kafka_topic_partition_list_destroy(done);
-		}
-	}
-	tracker_forget(st->tracker, parts);
+	tracker_revoke(st->tracker, rk, parts);
 	log_info("event=revoked partitions=%d", parts->cnt);
 	rd_kafka_assign(rk, NULL);
 	st->assigned = false;
-}
-
-static void
-commit_done_offsets(consumer_state *st, bool sync)
-{
-	rd_kafka_topic_partition_list_t *list =
-		sync ? tracker_all_committable(st->tracker) : tracker_take_committable(st->tracker);
-	rd_kafka_resp_err_t err;
-
-	if (list == NULL)
-		return;
-	err = rd_kafka_commit(st->consumer, list, sync ? 0 : 1);
-	if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
-		log_warn("event=commit_failed error=\"%s\" msg=\"will commit again later\"",
-				 rd_kafka_err2str(err));
-	rd_kafka_topic_partition_list_destroy(list);
 }
 
 /* Stopping: no more fetching; what is in flight finishes. */
@@ -651,7 +625,7 @@ run_consume(const worker_options *opts)
 		}
 		if (now_ms() >= st.next_commit_ms)
 		{
-			commit_done_offsets(&st, false);
+			tracker_commit(st.tracker, st.consumer, false);
 			update_gauges(&st);
 			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
 		}
@@ -659,7 +633,7 @@ run_consume(const worker_options *opts)
 
 	/* Abandon what did not finish (not committed, so it is consumed again), then commit. */
 	http_engine_free(st.http);
-	commit_done_offsets(&st, true);
+	tracker_commit(st.tracker, st.consumer, true);
 	rd_kafka_consumer_close(st.consumer);
 	rd_kafka_destroy(st.consumer);
 	handoff_producer_free(st.handoff);

@@ -478,16 +478,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		st->assigned = true;
 		return;
 	}
-	{
-		rd_kafka_topic_partition_list_t *done = tracker_all_committable(st->tracker);
-
-		if (done)
-		{
-			rd_kafka_commit(rk, done, 0);
-			rd_kafka_topic_partition_list_destroy(done);
-		}
-	}
-	tracker_forget(st->tracker, parts);
+	tracker_revoke(st->tracker, rk, parts);
 	for (int i = 0; i < parts->cnt; i++)
 	{
 		lane *l = lane_find(st, parts->elems[i].topic, parts->elems[i].partition);
@@ -502,22 +493,6 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 	log_info("event=revoked partitions=%d", parts->cnt);
 	rd_kafka_assign(rk, NULL);
 	st->assigned = false;
-}
-
-static void
-commit_done_offsets(retry_state *st, bool sync)
-{
-	rd_kafka_topic_partition_list_t *list =
-		sync ? tracker_all_committable(st->tracker) : tracker_take_committable(st->tracker);
-	rd_kafka_resp_err_t err;
-
-	if (list == NULL)
-		return;
-	err = rd_kafka_commit(st->consumer, list, sync ? 0 : 1);
-	if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
-		log_warn("event=commit_failed error=\"%s\" msg=\"will commit again later\"",
-				 rd_kafka_err2str(err));
-	rd_kafka_topic_partition_list_destroy(list);
 }
 
 static rd_kafka_t *
@@ -694,7 +669,7 @@ run_retry(const worker_options *opts)
 		handoff_poll(st.handoff);
 		if (now_ms() >= st.next_commit_ms)
 		{
-			commit_done_offsets(&st, false);
+			tracker_commit(st.tracker, st.consumer, false);
 			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
 		}
 		if (now_ms() >= st.next_report_ms)
@@ -708,7 +683,7 @@ run_retry(const worker_options *opts)
 
 	http_engine_free(st.http);
 	handoff_producer_free(st.handoff);
-	commit_done_offsets(&st, true);
+	tracker_commit(st.tracker, st.consumer, true);
 	rd_kafka_consumer_close(st.consumer); /* its revoke still updates the backlog list */
 	partition_backlog_stop(st.backlogs);
 	rd_kafka_destroy(st.consumer);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 typedef struct partition_state partition_state;
 
 struct tracked_record
@@ -227,4 +229,28 @@ tracker_free(offset_tracker *t)
 		p = next;
 	}
 	free(t);
+}
+
+void
+tracker_commit(offset_tracker *tracker, rd_kafka_t *consumer, bool all)
+{
+	rd_kafka_topic_partition_list_t *list =
+		all ? tracker_all_committable(tracker) : tracker_take_committable(tracker);
+	rd_kafka_resp_err_t err;
+
+	if (list == NULL)
+		return;
+	err = rd_kafka_commit(consumer, list, all ? 0 : 1);
+	if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		log_warn("event=commit_failed error=\"%s\" msg=\"will commit again later\"",
+				 rd_kafka_err2str(err));
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+void
+tracker_revoke(offset_tracker *tracker, rd_kafka_t *consumer,
+			   const rd_kafka_topic_partition_list_t *partitions)
+{
+	tracker_commit(tracker, consumer, true);
+	tracker_forget(tracker, partitions);
 }

@@ -40,6 +40,17 @@ rd_kafka_topic_partition_list_t *tracker_all_committable(offset_tracker *tracker
 
 void tracker_forget(offset_tracker *tracker, const rd_kafka_topic_partition_list_t *partitions);
 
+/*
+ * Commits done offsets to the consumer's group: those that moved since the last call,
+ * without waiting, or with `all` every tracked partition's, waiting for the broker. A
+ * failure is logged; the offsets are committed again on a later call.
+ */
+void tracker_commit(offset_tracker *tracker, rd_kafka_t *consumer, bool all);
+
+/* Partitions revoked: commits what is done, then forgets them (the new owner re-reads). */
+void tracker_revoke(offset_tracker *tracker, rd_kafka_t *consumer,
+					const rd_kafka_topic_partition_list_t *partitions);
+
 /* Records consumed but not yet done, across all partitions. */
 int tracker_open_records(const offset_tracker *tracker);
 
