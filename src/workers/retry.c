@@ -41,6 +41,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/stop_signal.h"
 #include "common/offset_tracker.h"
 #include "common/partition_backlog.h"
 #include "common/pause_state.h"
@@ -56,20 +57,11 @@
 #define PROBE_LEASE_SLACK_MS 10000
 #define SHUTDOWN_TIMEOUT_MS  15000
 
-static volatile sig_atomic_t stop_requested = 0;
-
 /* A duration of the retry policy as this worker runs it (--time-scale). */
 static long
 scaled(const retry_state *st, long ms)
 {
 	return (long) (ms / st->opts->time_scale);
-}
-
-static void
-on_stop_signal(int signo)
-{
-	(void) signo;
-	stop_requested = 1;
 }
 
 /* Its outcome is durable: the offset may move past it. */
@@ -283,6 +275,42 @@ can_start(const dest_state *ds, const destination_config *d, int step)
 		   ss->consecutive_failures + ss->in_flight < d->pause_after_failures;
 }
 
+/* Its destination was deleted while it waited: no need to wait for its time. */
+static void
+send_orphan_to_dlq(retry_state *st, lane *l, queued *prev, queued *q)
+{
+	char reason[300];
+
+	snprintf(reason, sizeof(reason), "destination \"%s\" no longer exists", q->m.destination);
+	free(q->m.bad);
+	q->m.bad = strdup(reason);
+	send_bad_to_dlq(st, lane_take(l, prev, q));
+}
+
+/* After a config change: every held message whose destination is gone goes to the DLQ. */
+static void
+drop_deleted_destinations(retry_state *st)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		lane *l = st->lanes[i];
+		queued *prev = NULL, *q = l->assigned ? l->head : NULL;
+
+		while (q)
+		{
+			queued *next = q->next;
+
+			if (config_find_destination(config, q->m.destination) == NULL)
+				send_orphan_to_dlq(st, l, prev, q);
+			else
+				prev = q;
+			q = next;
+		}
+	}
+}
+
 /* Starts every due message its destination has room for, oldest entry first. */
 static void
 dispatch_due(retry_state *st)
@@ -301,23 +329,16 @@ dispatch_due(retry_state *st)
 			const destination_config *d;
 			dest_state *ds;
 
-			d = config_find_destination(config, q->m.destination);
-			if (d == NULL)
-			{
-				/* Deleted while it had queued retries: no need to wait for its time. */
-				char reason[300];
-
-				snprintf(reason, sizeof(reason), "destination \"%s\" no longer exists",
-						 q->m.destination);
-				free(q->m.bad);
-				q->m.bad = strdup(reason);
-				send_bad_to_dlq(st, lane_take(l, prev, q));
-				q = next;
-				continue;
-			}
 			if (q->m.due_ms > now)
 			{
 				prev = q;
+				q = next;
+				continue;
+			}
+			d = config_find_destination(config, q->m.destination);
+			if (d == NULL)
+			{
+				send_orphan_to_dlq(st, l, prev, q);
 				q = next;
 				continue;
 			}
@@ -599,9 +620,7 @@ run_retry(const worker_options *opts)
 	admin_server *admin = NULL;
 	int64_t shutdown_deadline = 0;
 
-	signal(SIGTERM, on_stop_signal);
-	signal(SIGINT, on_stop_signal);
-	signal(SIGPIPE, SIG_IGN);
+	stop_on_signals();
 	register_metrics(&st);
 
 	st.watch = config_watch_start(opts, &stop_requested);
@@ -657,7 +676,8 @@ run_retry(const worker_options *opts)
 				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
 			rd_kafka_message_destroy(rkm);
 		}
-		config_watch_poll(st.watch);
+		if (config_watch_poll(st.watch))
+			drop_deleted_destinations(&st);
 		follow_pauses(&st);
 		if (!shutdown_deadline)
 		{

@@ -3,6 +3,7 @@
  * wal_delivery.report_step_stats every second and shown as gauges (see retry_state.h).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -28,6 +29,8 @@ report_stats(retry_state *st)
 {
 	const control_plane_config *config = config_watch_current(st->watch);
 	json_t *rows = json_array();
+	step_stats **reported = calloc(st->n_lanes > 0 ? st->n_lanes : 1, sizeof(step_stats *));
+	int n_reported = 0;
 	char when[80];
 
 	for (int i = 0; i < st->n_lanes; i++)
@@ -56,17 +59,17 @@ report_stats(retry_state *st)
 			json_object_set_new(row, "last_success_at",
 								json_string(iso_time(when, sizeof(when), ss->last_success_at)));
 		json_array_append_new(rows, row);
+		reported[n_reported++] = ss;
 		metric_set(st->backlog_gauge, (double) l->backlog,
 				   (const char *const[]){d->name, l->topic});
 	}
-	if (json_array_size(rows) > 0 && pause_state_report_stats(st->pauses, rows))
-		for (int i = 0; i < st->n_dests; i++)
-			for (int s = 0; s < RETRY_STEPS; s++)
-			{
-				step_stats *ss = &st->dests[i]->steps[s];
-
-				ss->delivered = ss->failed = 0;
-				ss->last_error_at = ss->last_success_at = 0;
-			}
+	/* Deltas go out once: only what the database took is reset. */
+	if (n_reported > 0 && pause_state_report_stats(st->pauses, rows))
+		for (int i = 0; i < n_reported; i++)
+		{
+			reported[i]->delivered = reported[i]->failed = 0;
+			reported[i]->last_error_at = reported[i]->last_success_at = 0;
+		}
+	free(reported);
 	json_decref(rows);
 }

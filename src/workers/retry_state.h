@@ -57,7 +57,6 @@ typedef struct step_stats
 	char last_error[256];
 	int64_t last_error_at; /* wall ms, 0: none since the last report */
 	int64_t last_success_at;
-	bool owned; /* this process holds the destination's partition of this step */
 } step_stats;
 
 typedef struct dest_state
