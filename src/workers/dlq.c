@@ -34,6 +34,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/stop_signal.h"
 #include "roles.h"
 
 #define ALERT_CHECK_MS   1000 /* looking for dead letters still to alert */
@@ -59,15 +60,6 @@ typedef struct dlq_state
 	metric *alerts_failed;
 	metric *replayed;
 } dlq_state;
-
-static volatile sig_atomic_t stop_requested = 0;
-
-static void
-on_stop_signal(int signo)
-{
-	(void) signo;
-	stop_requested = 1;
-}
 
 /* POSTs the alert for one dead letter; false (logged and counted) when the webhook failed. */
 static bool
@@ -119,18 +111,7 @@ raise_alert(dlq_state *st, int64_t id, const char *origin, const char *topic, co
 static bool
 ensure_db(dlq_state *st)
 {
-	if (st->db && PQstatus(st->db) == CONNECTION_OK)
-		return true;
-	if (st->db)
-		PQfinish(st->db);
-	st->db = db_connect(st->opts->conninfo, "dlq");
-	if (PQstatus(st->db) == CONNECTION_OK)
-		return true;
-	log_error("event=db_unreachable error=\"%s\" msg=\"not consuming until it is back\"",
-			  strtok(PQerrorMessage(st->db), "\n"));
-	PQfinish(st->db);
-	st->db = NULL;
-	return false;
+	return db_ensure(&st->db, st->opts->conninfo, "dlq", "not consuming", NULL);
 }
 
 /*
@@ -371,9 +352,7 @@ run_dlq(const worker_options *opts)
 	admin_server *admin = NULL;
 	char errbuf[512];
 
-	signal(SIGTERM, on_stop_signal);
-	signal(SIGINT, on_stop_signal);
-	signal(SIGPIPE, SIG_IGN);
+	stop_on_signals();
 	st.ingested = metric_counter(
 		"wal_dead_letters_ingested_total",
 		"DLQ messages written to wal_delivery.dead_letters (each alerted).", 0, NULL);

@@ -26,6 +26,7 @@
 #include "common/db_connect.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/stop_signal.h"
 #include "http_processor.h"
 #include "processing_rows.h"
 #include "roles.h"
@@ -53,15 +54,6 @@ typedef struct process_state
 	metric *db_errors;
 	metric *sql_timeouts;
 } process_state;
-
-static volatile sig_atomic_t stop_requested = 0;
-
-static void
-on_stop_signal(int signo)
-{
-	(void) signo;
-	stop_requested = 1;
-}
 
 static bool
 processor_ready(void *arg)
@@ -120,23 +112,13 @@ log_db_notice(void *arg, const char *message)
 static bool
 ensure_db(process_state *st)
 {
-	if (st->db && PQstatus(st->db) == CONNECTION_OK)
-		return true;
-	if (st->db)
-		PQfinish(st->db);
-	st->db = db_connect(st->opts->conninfo, "process");
-	atomic_store(&st->connected, PQstatus(st->db) == CONNECTION_OK);
-	if (atomic_load(&st->connected))
-	{
+	bool fresh;
+	bool ok = db_ensure(&st->db, st->opts->conninfo, "process", "not processing", &fresh);
+
+	atomic_store(&st->connected, ok);
+	if (fresh)
 		PQsetNoticeProcessor(st->db, log_db_notice, NULL);
-		log_info("event=db_connected");
-		return true;
-	}
-	log_error("event=db_unreachable error=\"%s\" msg=\"not processing until it is back\"",
-			  strtok(PQerrorMessage(st->db), "\n"));
-	PQfinish(st->db);
-	st->db = NULL;
-	return false;
+	return ok;
 }
 
 /* Counts and logs one row's outcome. */
@@ -313,9 +295,7 @@ run_process(const worker_options *opts)
 	char errbuf[512];
 	long idle_ms = (long) (IDLE_POLL_MS / opts->time_scale);
 
-	signal(SIGTERM, on_stop_signal);
-	signal(SIGINT, on_stop_signal);
-	signal(SIGPIPE, SIG_IGN);
+	stop_on_signals();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 	{
 		log_error("event=curl_init_failed");

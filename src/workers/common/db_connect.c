@@ -4,6 +4,9 @@
 #include "db_connect.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "log.h"
 
 PGconn *
 db_connect(const char *conninfo, const char *role)
@@ -15,4 +18,28 @@ db_connect(const char *conninfo, const char *role)
 
 	snprintf(application_name, sizeof(application_name), "wal-worker %s", role);
 	return PQconnectdbParams(keys, values, 1);
+}
+
+bool
+db_ensure(PGconn **conn, const char *conninfo, const char *role, const char *waiting, bool *fresh)
+{
+	if (fresh)
+		*fresh = false;
+	if (*conn && PQstatus(*conn) == CONNECTION_OK)
+		return true;
+	if (*conn)
+		PQfinish(*conn);
+	*conn = db_connect(conninfo, role);
+	if (PQstatus(*conn) == CONNECTION_OK)
+	{
+		log_info("event=db_connected");
+		if (fresh)
+			*fresh = true;
+		return true;
+	}
+	log_error("event=db_unreachable error=\"%.*s\" msg=\"%s until it is back\"",
+			  (int) strcspn(PQerrorMessage(*conn), "\n"), PQerrorMessage(*conn), waiting);
+	PQfinish(*conn);
+	*conn = NULL;
+	return false;
 }

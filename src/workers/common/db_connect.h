@@ -9,9 +9,20 @@
 #ifndef WAL_DB_CONNECT_H
 #define WAL_DB_CONNECT_H
 
+#include <stdbool.h>
+
 #include <libpq-fe.h>
 
 /* Like PQconnectdb: never NULL; check PQstatus. */
 PGconn *db_connect(const char *conninfo, const char *role);
+
+/*
+ * Keeps *conn connected for a worker that cannot go on without it. True when it is
+ * connected; *fresh (may be NULL) says it was connected just now ("event=db_connected").
+ * False, *conn NULL, when the database cannot be reached: logged as db_unreachable with
+ * `waiting`, what stops until it is back.
+ */
+bool db_ensure(PGconn **conn, const char *conninfo, const char *role, const char *waiting,
+			   bool *fresh);
 
 #endif
