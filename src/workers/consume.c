@@ -32,6 +32,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/stop_signal.h"
 #include "common/offset_tracker.h"
 #include "common/pause_state.h"
 #include "common/webhook.h"
@@ -81,15 +82,6 @@ typedef struct consumer_state
 	metric *lag;
 	metric *breaker_handoffs;
 } consumer_state;
-
-static volatile sig_atomic_t stop_requested = 0;
-
-static void
-on_stop_signal(int signo)
-{
-	(void) signo;
-	stop_requested = 1;
-}
 
 /* ---------------------------------------------------------------- which destinations */
 
@@ -524,9 +516,7 @@ run_consume(const worker_options *opts)
 	char errbuf[512];
 	int64_t shutdown_deadline = 0, next_forced_poll_ms = 0;
 
-	signal(SIGTERM, on_stop_signal);
-	signal(SIGINT, on_stop_signal);
-	signal(SIGPIPE, SIG_IGN);
+	stop_on_signals();
 	register_metrics(&st);
 
 	st.watch = config_watch_start(opts, &stop_requested);
