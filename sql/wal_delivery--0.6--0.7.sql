@@ -365,20 +365,8 @@ END $$;
 
 REVOKE ALL ON wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
               wal_delivery.destination_status FROM PUBLIC;
-REVOKE ALL ON FUNCTION wal_delivery.pause_destination(text, integer, text, interval),
-                       wal_delivery.claim_probe(text, text, interval),
-                       wal_delivery.finish_probe(text, text, text, text, interval),
-                       wal_delivery.resume_destination(text),
-                       wal_delivery.report_step_stats(text, jsonb),
-                       wal_delivery.dead_letters_to_alert(integer),
-                       wal_delivery.mark_dead_letter_alerted(bigint),
-                       wal_delivery.replay_dead_letter(bigint),
-                       wal_delivery.replay_dead_letters(text, text, timestamptz, timestamptz),
-                       wal_delivery.dead_letters_to_replay(integer),
-                       wal_delivery.complete_replay(bigint),
-                       wal_delivery.resolve_dead_letter(bigint, text),
-                       wal_delivery.resolve_dead_letters(text, text, text, timestamptz),
-                       wal_delivery.inspect_dead_letter(bigint) FROM PUBLIC;
+-- Every function of the schema is the admin's or the workers', never PUBLIC's.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA wal_delivery FROM PUBLIC;
 GRANT SELECT ON wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
                 wal_delivery.destination_status TO wal_delivery_admin;
 GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, interval),
