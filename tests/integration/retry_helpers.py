@@ -21,6 +21,13 @@ class Fleet:
         self.workers.append(w)
         return w
 
+    def start_ready(self, *roles):
+        """Starts one worker per role, all at once, and waits until each is ready."""
+        started = [self.start(role) for role in roles]
+        for w in started:
+            w.wait_ready()
+        return started
+
     def stop_all(self):
         for w in self.workers:
             w.stop(signal.SIGKILL if w.proc.poll() is None else signal.SIGTERM, timeout=5)

@@ -51,9 +51,7 @@ def test_a_down_destination_walks_every_step_then_the_dlq_on_time(tmp_path, flee
             add_destination(conn, name, down.url + "/in", [topic],
                             retry_delays="{10 seconds,20 seconds,30 seconds}", retry_jitter=0.2)
             wait_published(conn)
-        workers = [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]
-        for w in workers:
-            w.wait_ready()
+        workers = fleet.start_ready("consume", "retry", "dlq")
         dlq = workers[2]
         keys = [f"s{i}-{unique}" for i in range(10)]
         with connect() as conn:
@@ -125,10 +123,8 @@ def test_twenty_failures_pause_everywhere_probes_only_then_ramped_recovery(tmp_p
             add_destination(conn, x, down.url + "/x", [topic])  # defaults: 20 failures, 2 min probe
             add_destination(conn, h, healthy.url + "/h", [topic])
             wait_published(conn)
-        consumers = [fleet.start("consume"), fleet.start("consume")]
-        retries = [fleet.start("retry"), fleet.start("retry")]
-        for w in consumers + retries + [fleet.start("dlq")]:
-            w.wait_ready()
+        started = fleet.start_ready("consume", "consume", "retry", "retry", "dlq")
+        consumers = started[:2]
 
         # Before the pause: 30 records; the main consumers fail them all into step 1.
         before = enqueue_one_by_one(topic, [f"a{i}-{unique}" for i in range(30)])
@@ -191,8 +187,7 @@ def test_a_permanent_probe_answer_sends_that_message_to_the_dlq_and_resumes(tmp_
             add_destination(conn, x, down.url + "/p", [topic], pause_after_failures=3,
                             probe_interval="20 seconds")
             wait_published(conn)
-        for w in [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]:
-            w.wait_ready()
+        fleet.start_ready("consume", "retry", "dlq")
         keys = [f"p{i}-{unique}" for i in range(8)]
         with connect() as conn:
             enqueue(conn, topic, keys)
@@ -221,9 +216,7 @@ def test_dead_letters_alert_once_replay_to_their_destination_and_resolve(tmp_pat
             add_destination(conn, x, dest.url + "/d", [topic])
             conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
             wait_published(conn)
-        workers = [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]
-        for w in workers:
-            w.wait_ready()
+        workers = fleet.start_ready("consume", "retry", "dlq")
         keys = [f"d{i}-{unique}" for i in range(5)]
         with connect() as conn:
             enqueue(conn, topic, keys)
@@ -291,8 +284,7 @@ def test_bad_retry_messages_go_to_the_dlq_with_a_reason_and_never_stall(tmp_path
             wait_published(conn)
             partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
                                      " WHERE name = %s", (x,)).fetchone()[0]
-        for w in [fleet.start("retry"), fleet.start("dlq")]:
-            w.wait_ready()
+        fleet.start_ready("retry", "dlq")
         now_ms = int(time.time() * 1000)
         good = [("idempotency-key", f"good-{unique}"), ("destination", x),
                 ("source-topic", topic), ("step-entered-at", str(now_ms - 60000))]
@@ -351,10 +343,8 @@ def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, u
             for name, dest in names.items():
                 add_destination(conn, name, dest.url + "/t", [topic], **fast)
             wait_published(conn)
-        consumers = [fleet.start("consume"), fleet.start("consume")]
-        retries = [fleet.start("retry"), fleet.start("retry")]
-        for w in consumers + retries + [fleet.start("dlq")]:
-            w.wait_ready()
+        started = fleet.start_ready("consume", "consume", "retry", "retry", "dlq")
+        consumers, retries = started[:2], started[2:4]
 
         keys = [f"t{i}-{unique}" for i in range(300)]
         load = threading.Thread(
@@ -412,9 +402,7 @@ def test_a_destination_deleted_with_queued_retries_sends_them_to_the_dlq(tmp_pat
             add_destination(conn, x, down.url + "/x", [topic],
                             retry_delays="{40 seconds,1 minute,5 minutes}")
             wait_published(conn)
-        workers = [fleet.start("consume"), fleet.start("retry"), fleet.start("dlq")]
-        for w in workers:
-            w.wait_ready()
+        fleet.start_ready("consume", "retry", "dlq")
         keys = [f"q{i}-{unique}" for i in range(5)]
         with connect() as conn:
             enqueue(conn, topic, keys)
