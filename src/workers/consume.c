@@ -44,19 +44,27 @@
 #define DEDUPE_MAX_ENTRIES  200000
 #define POLL_BATCH          64 /* records taken per loop turn */
 
-/* A consumed record, shared by its copies and freed with the last one. */
-typedef struct shared_record
-{
-	handoff_message msg; /* kept for a retry or DLQ hand-off; msg.owner is the consumer */
-	int copies_left;
-} shared_record;
+typedef struct shared_record shared_record;
 
+/* One destination's copy of a record; lives inside its shared_record. */
 typedef struct record_copy
 {
 	tracked_record *record;
-	char *destination;
+	const char *destination; /* in the shared record's allocation */
+	dedupe_pair dedupe;
 	shared_record *shared;
 } record_copy;
+
+/*
+ * A consumed record, shared by its copies and freed with the last one. One allocation
+ * holds it, its copies and their destination names (copies are done in any order).
+ */
+struct shared_record
+{
+	handoff_message msg; /* kept for a retry or DLQ hand-off; msg.owner is the consumer */
+	int copies_left;
+	record_copy copies[];
+};
 
 typedef struct consumer_state
 {
@@ -185,13 +193,13 @@ follow_subscriptions(consumer_state *st)
 static void
 copy_free(record_copy *copy)
 {
-	if (--copy->shared->copies_left == 0)
+	shared_record *shared = copy->shared;
+
+	if (--shared->copies_left == 0)
 	{
-		handoff_message_clear(&copy->shared->msg);
-		free(copy->shared);
+		handoff_message_clear(&shared->msg);
+		free(shared);
 	}
-	free(copy->destination);
-	free(copy);
 }
 
 static void
@@ -248,7 +256,7 @@ on_http_done(void *opaque, const http_result *result)
 		const char *labels[] = {copy->destination};
 
 		metric_add(st->delivered, 1, labels);
-		dedupe_remember(st->dedupe, copy->shared->msg.idempotency_key, copy->destination, now_ms());
+		dedupe_remember_pair(st->dedupe, copy->dedupe, now_ms());
 		log_debug("event=delivered destination=%s topic=%s key=%s status=%ld ms=%ld",
 				  copy->destination, copy->shared->msg.source_topic,
 				  copy->shared->msg.idempotency_key, result->http_status, result->elapsed_ms);
@@ -265,6 +273,8 @@ static void
 deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 {
 	http_request req;
+	header_lines headers;
+	bool submitted;
 
 	if (pause_state_is_paused(st->pauses, d->name))
 	{
@@ -283,9 +293,11 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 				 "signing secret unavailable: config came from a peer", -1);
 		return;
 	}
-	req = delivery_request(d, &copy->shared->msg, 1);
+	req = delivery_request(d, &copy->shared->msg, 1, &headers);
 	req.body_borrowed = true; /* the shared record outlives the request */
-	if (!http_engine_submit(st->http, &req, on_http_done, copy))
+	submitted = http_engine_submit(st->http, &req, on_http_done, copy);
+	header_lines_release(&headers);
+	if (!submitted)
 		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
 }
 
@@ -295,38 +307,61 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	const control_plane_config *config = config_watch_current(st->watch);
 	const char *topic = rd_kafka_topic_name(rkm->rkt);
 	const destination_config *targets[256];
+	dedupe_pair pairs[256];
 	int n_targets = 0;
+	size_t names_len = 0;
+	int64_t now = now_ms();
 	tracked_record *record;
-	shared_record *shared = calloc(1, sizeof(*shared));
+	handoff_message msg;
+	dedupe_key_hash key;
+	shared_record *shared;
+	char *names;
 
-	handoff_message_from_kafka(&shared->msg, rkm);
-	shared->msg.owner = st;
+	handoff_message_from_kafka(&msg, rkm, false);
+	key = dedupe_hash_key(msg.idempotency_key);
 	for (int i = 0; i < config->n_destinations && n_targets < 256; i++)
 	{
 		const destination_config *d = &config->destinations[i];
 
-		if (serves(st, d) && destination_subscribes(d, topic) &&
-			!dedupe_seen(st->dedupe, shared->msg.idempotency_key, d->name, now_ms()))
-			targets[n_targets++] = d;
+		if (!serves(st, d) || !destination_subscribes(d, topic))
+			continue;
+		pairs[n_targets] = dedupe_hash_pair(key, d->name);
+		if (dedupe_seen_pair(st->dedupe, pairs[n_targets], now))
+			continue;
+		names_len += strlen(d->name) + 1;
+		targets[n_targets++] = d;
 	}
 	record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, n_targets);
 	if (n_targets == 0)
 	{
-		handoff_message_clear(&shared->msg);
-		free(shared);
+		handoff_message_clear(&msg);
 		return;
 	}
+	shared = malloc(sizeof(*shared) + sizeof(record_copy) * n_targets + names_len);
+	if (shared == NULL)
+	{
+		log_error("event=out_of_memory msg=\"cannot keep a consumed record\"");
+		abort();
+	}
+	shared->msg = msg;
+	shared->msg.owner = st;
 	/* All copies hold it before any can finish (a hand-off may complete at once). */
 	shared->copies_left = n_targets;
+	names = (char *) &shared->copies[n_targets];
 	for (int i = 0; i < n_targets; i++)
 	{
-		record_copy *copy = calloc(1, sizeof(*copy));
+		size_t len = strlen(targets[i]->name) + 1;
 
-		copy->record = record;
-		copy->destination = strdup(targets[i]->name);
-		copy->shared = shared;
-		deliver_copy(st, copy, targets[i]);
+		shared->copies[i] = (record_copy){
+			.record = record,
+			.destination = memcpy(names, targets[i]->name, len),
+			.dedupe = pairs[i],
+			.shared = shared,
+		};
+		names += len;
 	}
+	for (int i = 0; i < n_targets; i++)
+		deliver_copy(st, &shared->copies[i], targets[i]);
 }
 
 /* ---------------------------------------------------------------- Kafka plumbing */

@@ -211,14 +211,18 @@ on_http_done(void *opaque, const http_result *result)
 static void
 deliver(retry_state *st, dest_state *ds, const destination_config *d, queued *q)
 {
-	http_request req = delivery_request(d, &q->m.msg, q->m.attempt + 1);
+	header_lines headers;
+	http_request req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &headers);
+	bool submitted;
 
 	if (ds->window < d->max_in_flight)
 		req.max_in_flight = ds->window;
 	q->m.msg.owner = st;
 	ds->in_flight++;
 	ds->steps[q->m.step - 1].in_flight++;
-	if (!http_engine_submit(st->http, &req, on_http_done, q))
+	submitted = http_engine_submit(st->http, &req, on_http_done, q);
+	header_lines_release(&headers);
+	if (!submitted)
 	{
 		ds->in_flight--;
 		ds->steps[q->m.step - 1].in_flight--;

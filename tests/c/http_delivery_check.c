@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/header_lines.h"
 #include "common/http_delivery.h"
 #include "common/webhook.h"
 
@@ -189,7 +190,8 @@ submit_one(check_run *run, const char *base_url, const char *destination, const 
 		   int index)
 {
 	check_options *opts = run->opts;
-	struct curl_slist *headers = NULL;
+	header_lines headers;
+	bool submitted;
 	request_tag *tag = calloc(1, sizeof(*tag));
 	char url[1024];
 	char msg_id[64];
@@ -197,20 +199,21 @@ submit_one(check_run *run, const char *base_url, const char *destination, const 
 	http_request req;
 
 	snprintf(url, sizeof(url), "%s%s", base_url, path);
+	header_lines_init(&headers);
 	for (int i = 0; i < opts->n_headers; i++)
-		headers = curl_slist_append(headers, opts->headers[i]);
+		header_lines_add_line(&headers, opts->headers[i]);
 	if (opts->secret)
 	{
 		if (opts->msg_id)
 			snprintf(msg_id, sizeof(msg_id), "%s", opts->msg_id);
 		else
 			snprintf(msg_id, sizeof(msg_id), "msg_%d", index);
-		if (!webhook_add_headers(&headers, opts->secret, msg_id,
+		if (!webhook_add_header_lines(&headers, opts->secret, msg_id,
 								 opts->timestamp ? opts->timestamp : (long) time(NULL), body,
 								 strlen(body)))
 		{
 			printf("{\"event\":\"sign_failed\",\"index\":%d}\n", index);
-			curl_slist_free_all(headers);
+			header_lines_release(&headers);
 			free(tag);
 			return false;
 		}
@@ -223,14 +226,16 @@ submit_one(check_run *run, const char *base_url, const char *destination, const 
 		.max_in_flight = opts->max_in_flight,
 		.method = opts->method,
 		.url = url,
-		.headers = headers,
+		.headers = headers.text,
 		.body = body,
 		.body_len = strlen(body),
 		.timeout_ms = opts->timeout_ms,
 		.verify_tls = !opts->insecure,
 	};
 	run->submitted++;
-	if (!http_engine_submit(run->engine, &req, on_done, tag))
+	submitted = http_engine_submit(run->engine, &req, on_done, tag);
+	header_lines_release(&headers);
+	if (!submitted)
 	{
 		printf("{\"event\":\"submit_failed\",\"index\":%d}\n", index);
 		free(tag);

@@ -32,26 +32,35 @@ struct dedupe_set
 	uint32_t count;
 };
 
-/* FNV-1a (h1) and a differently seeded multiply-xorshift (h2) over "key\x1fdestination". */
+/* FNV-1a (h1) and a differently seeded multiply-xorshift (h2) over "key\x1fdestination\x1f",
+ * in two steps so a record's key is hashed once for all its destinations. */
 static void
-hash_pair(const char *key, const char *destination, uint64_t *h1, uint64_t *h2)
+hash_part(uint64_t *a, uint64_t *b, const char *part)
 {
-	uint64_t a = 1469598103934665603ULL, b = 0x9e3779b97f4a7c15ULL;
-	const char *parts[2] = {key, destination};
-
-	for (int p = 0; p < 2; p++)
+	for (const unsigned char *s = (const unsigned char *) part; *s; s++)
 	{
-		for (const unsigned char *s = (const unsigned char *) parts[p]; *s; s++)
-		{
-			a = (a ^ *s) * 1099511628211ULL;
-			b = (b ^ *s) * 0xff51afd7ed558ccdULL;
-			b ^= b >> 29;
-		}
-		a = (a ^ 0x1f) * 1099511628211ULL;
-		b = (b ^ 0x1f) * 0xc4ceb9fe1a85ec53ULL;
+		*a = (*a ^ *s) * 1099511628211ULL;
+		*b = (*b ^ *s) * 0xff51afd7ed558ccdULL;
+		*b ^= *b >> 29;
 	}
-	*h1 = a;
-	*h2 = b ^ (b >> 32);
+	*a = (*a ^ 0x1f) * 1099511628211ULL;
+	*b = (*b ^ 0x1f) * 0xc4ceb9fe1a85ec53ULL;
+}
+
+dedupe_key_hash
+dedupe_hash_key(const char *key)
+{
+	dedupe_key_hash k = {1469598103934665603ULL, 0x9e3779b97f4a7c15ULL};
+
+	hash_part(&k.a, &k.b, key);
+	return k;
+}
+
+dedupe_pair
+dedupe_hash_pair(dedupe_key_hash key, const char *destination)
+{
+	hash_part(&key.a, &key.b, destination);
+	return (dedupe_pair){key.a, key.b ^ (key.b >> 32)};
 }
 
 dedupe_set *
@@ -112,35 +121,42 @@ contains(const dedupe_set *set, uint64_t h1, uint64_t h2)
 }
 
 bool
-dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
+dedupe_seen_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms)
 {
-	uint64_t h1, h2;
-
 	evict_expired(set, now_ms);
-	hash_pair(key, destination, &h1, &h2);
-	return contains(set, h1, h2);
+	return contains(set, pair.h1, pair.h2);
 }
 
 void
-dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
+dedupe_remember_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms)
 {
-	uint64_t h1, h2;
 	uint32_t slot;
 	uint32_t *bucket;
 
 	if (set->ttl_ms <= 0)
 		return;
 	evict_expired(set, now_ms);
-	hash_pair(key, destination, &h1, &h2);
-	if (contains(set, h1, h2))
+	if (contains(set, pair.h1, pair.h2))
 		return;
 	if (set->count == set->max_entries)
 		evict_oldest(set);
 	slot = (set->head + set->count) % set->max_entries;
-	bucket = &set->buckets[h1 & set->bucket_mask];
-	set->slots[slot] = (dedupe_slot){h1, h2, now_ms + set->ttl_ms, *bucket};
+	bucket = &set->buckets[pair.h1 & set->bucket_mask];
+	set->slots[slot] = (dedupe_slot){pair.h1, pair.h2, now_ms + set->ttl_ms, *bucket};
 	*bucket = slot;
 	set->count++;
+}
+
+bool
+dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
+{
+	return dedupe_seen_pair(set, dedupe_hash_pair(dedupe_hash_key(key), destination), now_ms);
+}
+
+void
+dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64_t now_ms)
+{
+	dedupe_remember_pair(set, dedupe_hash_pair(dedupe_hash_key(key), destination), now_ms);
 }
 
 size_t

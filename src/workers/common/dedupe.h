@@ -20,6 +20,24 @@ void dedupe_set_ttl(dedupe_set *set, long ttl_ms);
 /* True when (key, destination) was delivered within the TTL. */
 bool dedupe_seen(dedupe_set *set, const char *key, const char *destination, int64_t now_ms);
 void dedupe_remember(dedupe_set *set, const char *key, const char *destination, int64_t now_ms);
+
+/*
+ * The same in two steps, for a record delivered to several destinations: its key is
+ * hashed once, then each destination on top (a pair is kept as two 64-bit hashes).
+ */
+typedef struct dedupe_key_hash
+{
+	uint64_t a, b;
+} dedupe_key_hash;
+typedef struct dedupe_pair
+{
+	uint64_t h1, h2;
+} dedupe_pair;
+
+dedupe_key_hash dedupe_hash_key(const char *key);
+dedupe_pair dedupe_hash_pair(dedupe_key_hash key, const char *destination);
+bool dedupe_seen_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms);
+void dedupe_remember_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms);
 size_t dedupe_size(const dedupe_set *set);
 
 #endif

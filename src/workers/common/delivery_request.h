@@ -11,9 +11,14 @@
 
 #include "control_plane.h"
 #include "handoff.h"
+#include "header_lines.h"
 #include "http_delivery.h"
 
-/* The request, headers included (owned by the engine once submitted). */
-http_request delivery_request(const destination_config *d, const handoff_message *m, int attempt);
+/*
+ * The request. Its header text is built in *headers (initialised here), which must stay
+ * in place until http_engine_submit has copied it; release it after the submit.
+ */
+http_request delivery_request(const destination_config *d, const handoff_message *m, int attempt,
+							  header_lines *headers);
 
 #endif

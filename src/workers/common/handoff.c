@@ -8,6 +8,7 @@
 #include "handoff.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,60 +55,99 @@ kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
 	return strndup(value, size);
 }
 
-void
-handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm)
+/* A header's last value in place (not NUL-terminated, cut at a NUL like strndup would). */
+static bool
+header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size_t *len)
 {
+	const void *v;
+	size_t size;
+
+	if (hdrs == NULL ||
+		rd_kafka_header_get_last(hdrs, name, &v, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || v == NULL)
+		return false;
+	*value = v;
+	*len = strnlen(v, size);
+	return true;
+}
+
+/* Copies n bytes to *cursor as a C string and moves the cursor past it. */
+static char *
+pack(char **cursor, const char *s, size_t n)
+{
+	char *start = *cursor;
+
+	memcpy(start, s, n);
+	start[n] = '\0';
+	*cursor += n + 1;
+	return start;
+}
+
+void
+handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm,
+						   bool origin_from_headers)
+{
+	enum
+	{
+		TOPIC,
+		KEY,
+		CONTENT_TYPE,
+		OUTBOX_ID,
+		CREATED_AT,
+		N_FIELDS
+	};
+	static const char *const names[N_FIELDS] = {"source-topic", "idempotency-key", "content-type",
+												"outbox-id", "created-at"};
+	const char *value[N_FIELDS] = {0};
+	size_t len[N_FIELDS] = {0}, total = rkm->len + 1;
+	rd_kafka_headers_t *hdrs = NULL;
+	char fallback_key[512];
+	char *cursor;
+
 	memset(m, 0, sizeof(*m));
-	m->source_topic = strdup(rd_kafka_topic_name(rkm->rkt));
-	m->source_partition = rkm->partition;
-	m->source_offset = rkm->offset;
-	m->idempotency_key = kafka_header_value(rkm, "idempotency-key");
-	if (m->idempotency_key == NULL)
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		hdrs = NULL;
+	for (int f = 0; f < N_FIELDS; f++)
+		if (f != TOPIC || origin_from_headers)
+			header_view(hdrs, names[f], &value[f], &len[f]);
+	if (value[TOPIC] == NULL)
+	{
+		value[TOPIC] = rd_kafka_topic_name(rkm->rkt);
+		len[TOPIC] = strlen(value[TOPIC]);
+	}
+	if (value[KEY] == NULL)
 	{
 		/* Not written by the relay: the record's place in Kafka is its identity. */
-		char fallback[512];
-
-		snprintf(fallback, sizeof(fallback), "%s-%d-%" PRId64, m->source_topic, rkm->partition,
-				 rkm->offset);
-		m->idempotency_key = strdup(fallback);
+		snprintf(fallback_key, sizeof(fallback_key), "%.*s-%d-%" PRId64, (int) len[TOPIC],
+				 value[TOPIC], rkm->partition, rkm->offset);
+		value[KEY] = fallback_key;
+		len[KEY] = strlen(fallback_key);
 	}
-	m->content_type = kafka_header_value(rkm, "content-type");
-	m->outbox_id = kafka_header_value(rkm, "outbox-id");
-	m->created_at = kafka_header_value(rkm, "created-at");
-	m->payload = malloc(rkm->len + 1);
-	memcpy(m->payload, rkm->payload ? rkm->payload : "", rkm->len);
-	m->payload[rkm->len] = '\0';
+	for (int f = 0; f < N_FIELDS; f++)
+		total += value[f] ? len[f] + 1 : 0;
+
+	/* One allocation for all of it: a consumer makes one of these per record. */
+	cursor = m->block = malloc(total);
+	if (m->block == NULL)
+	{
+		log_error("event=out_of_memory bytes=%zu msg=\"cannot keep a consumed record\"", total);
+		abort();
+	}
+	m->source_topic = pack(&cursor, value[TOPIC], len[TOPIC]);
+	m->idempotency_key = pack(&cursor, value[KEY], len[KEY]);
+	m->content_type =
+		value[CONTENT_TYPE] ? pack(&cursor, value[CONTENT_TYPE], len[CONTENT_TYPE]) : NULL;
+	m->outbox_id = value[OUTBOX_ID] ? pack(&cursor, value[OUTBOX_ID], len[OUTBOX_ID]) : NULL;
+	m->created_at = value[CREATED_AT] ? pack(&cursor, value[CREATED_AT], len[CREATED_AT]) : NULL;
+	m->payload = pack(&cursor, rkm->payload ? rkm->payload : "", rkm->len);
 	m->payload_len = rkm->len;
-}
-
-static char *
-dup_or_null(const char *s)
-{
-	return s ? strdup(s) : NULL;
-}
-
-void
-handoff_message_copy(handoff_message *dst, const handoff_message *src)
-{
-	*dst = *src;
-	dst->source_topic = strdup(src->source_topic);
-	dst->idempotency_key = strdup(src->idempotency_key);
-	dst->content_type = dup_or_null(src->content_type);
-	dst->outbox_id = dup_or_null(src->outbox_id);
-	dst->created_at = dup_or_null(src->created_at);
-	dst->payload = malloc(src->payload_len + 1);
-	memcpy(dst->payload, src->payload, src->payload_len + 1);
+	m->source_partition = rkm->partition;
+	m->source_offset = rkm->offset;
 }
 
 void
 handoff_message_clear(handoff_message *m)
 {
-	free(m->source_topic);
-	free(m->idempotency_key);
-	free(m->content_type);
-	free(m->outbox_id);
-	free(m->created_at);
-	free(m->payload);
+	free(m->block);
 	memset(m, 0, sizeof(*m));
 }
 

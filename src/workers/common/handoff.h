@@ -42,13 +42,21 @@ typedef struct handoff_message
 	char *payload;
 	size_t payload_len;
 	void *owner; /* the caller's, untouched here */
+	char *block; /* from handoff_message_from_kafka: the one allocation holding the strings
+				  * and the payload; NULL when the caller filled the fields itself */
 } handoff_message;
 
 /* The last value of a message header as a malloc'd string, NULL when it has none. */
 char *kafka_header_value(const rd_kafka_message_t *rkm, const char *name);
 
-void handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm);
-void handoff_message_copy(handoff_message *dst, const handoff_message *src);
+/*
+ * Fills m from a consumed message, copying what it keeps into one allocation. With
+ * origin_from_headers (a retry-step message), the source-topic header, when present,
+ * names the record's topic instead of the topic it was read from.
+ */
+void handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm,
+								bool origin_from_headers);
+/* Frees what handoff_message_from_kafka allocated. */
 void handoff_message_clear(handoff_message *m);
 const char *handoff_target_name(handoff_target target);
 

@@ -26,10 +26,25 @@
 typedef struct delivery_request delivery_request;
 typedef struct destination_state destination_state;
 
+/* What a destination's idle easy handles are set up for; a request that differs gets a
+ * fresh handle (a config change), and the idle ones are dropped. */
+typedef struct prepared_options
+{
+	char *url;
+	char *method;
+	long timeout_ms;
+	bool verify_tls;
+	bool sends_body;
+} prepared_options;
+
 struct destination_state
 {
 	char *name;
 	int max_in_flight; /* <= 0: no limit */
+	CURL **idle_easy;  /* finished handles, kept set up for the next request */
+	int n_idle_easy;
+	int max_idle_easy;
+	prepared_options prepared;
 	int in_flight;
 	int waiting;
 	delivery_request *waiting_head;
@@ -41,18 +56,19 @@ struct destination_state
 
 struct delivery_request
 {
-	http_engine *engine;
 	destination_state *destination;
 	delivery_request *next_waiting;
 	delivery_request *prev_active;
 	delivery_request *next_active;
 	CURL *easy; /* set only while in flight */
+	/* method, url, the header lines and their list nodes, and an unborrowed body all live
+	 * in this request's own allocation (one malloc per request). */
 	char *method;
 	char *url;
 	struct curl_slist *headers;
-	char *body;
-	bool body_borrowed; /* the caller's memory, not freed here */
+	const char *body;
 	size_t body_len;
+	bool sends_body;
 	long timeout_ms;
 	bool verify_tls;
 	http_done_fn done;
@@ -73,9 +89,6 @@ struct http_engine
 	int in_flight;
 	int waiting;
 	bool closing;
-	CURL **spare_easy; /* finished handles, reset and kept for the next transfer */
-	int n_spare_easy;
-	int max_spare_easy;
 	destination_state *buckets[DESTINATION_BUCKETS];
 	destination_state *ready_head;
 	destination_state *ready_tail;
@@ -166,37 +179,89 @@ pop_ready_destination(http_engine *engine)
 	return d;
 }
 
-/* An easy handle per transfer is costly to create; finished ones are reset and reused. */
-static CURL *
-take_easy(http_engine *engine)
+static bool
+same_options(const prepared_options *p, const delivery_request *r)
 {
-	if (engine->n_spare_easy > 0)
-		return engine->spare_easy[--engine->n_spare_easy];
+	return p->url && strcmp(p->url, r->url) == 0 && strcmp(p->method, r->method) == 0 &&
+		   p->timeout_ms == r->timeout_ms && p->verify_tls == r->verify_tls &&
+		   p->sends_body == r->sends_body;
+}
+
+static void
+drop_idle_easy(destination_state *d)
+{
+	while (d->n_idle_easy > 0)
+		curl_easy_cleanup(d->idle_easy[--d->n_idle_easy]);
+	free(d->prepared.url);
+	free(d->prepared.method);
+	memset(&d->prepared, 0, sizeof(d->prepared));
+}
+
+/*
+ * Reuses a finished handle of the destination as it was left: only the options that
+ * change per request are set again (no curl_easy_reset, no URL parse); a handle's
+ * connection goes back to the multi handle's pool either way. *fresh says whether all
+ * options must be set. NULL when out of memory.
+ */
+static CURL *
+take_easy(delivery_request *r, bool *fresh)
+{
+	destination_state *d = r->destination;
+
+	*fresh = false;
+	if (same_options(&d->prepared, r))
+	{
+		if (d->n_idle_easy > 0)
+			return d->idle_easy[--d->n_idle_easy];
+	}
+	else
+	{
+		drop_idle_easy(d);
+		d->prepared.url = strdup(r->url);
+		d->prepared.method = strdup(r->method);
+		d->prepared.timeout_ms = r->timeout_ms;
+		d->prepared.verify_tls = r->verify_tls;
+		d->prepared.sends_body = r->sends_body;
+		if (!d->prepared.url || !d->prepared.method)
+			drop_idle_easy(d);
+	}
+	*fresh = true;
 	return curl_easy_init();
 }
 
 static void
-give_back_easy(http_engine *engine, CURL *easy)
+give_back_easy(delivery_request *r)
 {
-	if (engine->n_spare_easy < engine->max_spare_easy)
+	destination_state *d = r->destination;
+	int limit = d->max_in_flight > 0 ? d->max_in_flight : 64;
+
+	if (d->n_idle_easy < limit && same_options(&d->prepared, r))
 	{
-		curl_easy_reset(easy);
-		engine->spare_easy[engine->n_spare_easy++] = easy;
+		if (d->max_idle_easy < limit)
+		{
+			CURL **grown = realloc(d->idle_easy, sizeof(CURL *) * limit);
+
+			if (!grown)
+			{
+				curl_easy_cleanup(r->easy);
+				return;
+			}
+			d->idle_easy = grown;
+			d->max_idle_easy = limit;
+		}
+		/* The request's buffers go with it; nothing may point at them while idle. */
+		curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, NULL);
+		d->idle_easy[d->n_idle_easy++] = r->easy;
 	}
 	else
-		curl_easy_cleanup(easy);
+		curl_easy_cleanup(r->easy);
 }
 
 static void
-free_request(http_engine *engine, delivery_request *r)
+free_request(delivery_request *r)
 {
 	if (r->easy)
-		give_back_easy(engine, r->easy);
-	curl_slist_free_all(r->headers);
-	free(r->method);
-	free(r->url);
-	if (!r->body_borrowed)
-		free(r->body);
+		give_back_easy(r);
 	free(r);
 }
 
@@ -248,9 +313,12 @@ capture_body_excerpt(char *data, size_t size, size_t n_items, void *userdata)
 	return len;
 }
 
-/* Builds the easy handle only when the request starts, so waiting requests stay small. */
+/*
+ * Sets up the easy handle when the request starts, so waiting requests stay small. A
+ * fresh handle gets every option; a reused one was left with this destination's.
+ */
 static CURLcode
-configure_transfer(delivery_request *r)
+configure_transfer(delivery_request *r, bool fresh)
 {
 	CURLcode rc = CURLE_OK;
 	CURL *easy = r->easy;
@@ -262,34 +330,34 @@ configure_transfer(delivery_request *r)
 			rc = curl_easy_setopt(easy, option, value);                                            \
 	} while (0)
 
+	if (fresh)
+	{
+		SET(CURLOPT_URL, r->url);
+		SET(CURLOPT_PROTOCOLS_STR, "http,https");
+		SET(CURLOPT_FOLLOWLOCATION, 0L);
+		SET(CURLOPT_NOSIGNAL, 1L);
+		SET(CURLOPT_TCP_KEEPALIVE, 1L);
+		SET(CURLOPT_USERAGENT, "wal_delivery");
+		SET(CURLOPT_HEADERFUNCTION, capture_header);
+		SET(CURLOPT_WRITEFUNCTION, capture_body_excerpt);
+		SET(CURLOPT_SSL_VERIFYPEER, r->verify_tls ? 1L : 0L);
+		SET(CURLOPT_SSL_VERIFYHOST, r->verify_tls ? 2L : 0L);
+		if (r->timeout_ms > 0)
+			SET(CURLOPT_TIMEOUT_MS, r->timeout_ms);
+		if (!r->sends_body)
+			SET(strcmp(r->method, "HEAD") == 0 ? CURLOPT_NOBODY : CURLOPT_HTTPGET, 1L);
+		else if (strcmp(r->method, "POST") != 0)
+			SET(CURLOPT_CUSTOMREQUEST, r->method);
+	}
 	SET(CURLOPT_PRIVATE, r);
 	SET(CURLOPT_ERRORBUFFER, r->curl_error);
-	SET(CURLOPT_URL, r->url);
-	SET(CURLOPT_PROTOCOLS_STR, "http,https");
-	SET(CURLOPT_FOLLOWLOCATION, 0L);
-	SET(CURLOPT_NOSIGNAL, 1L);
-	SET(CURLOPT_TCP_KEEPALIVE, 1L);
-	SET(CURLOPT_USERAGENT, "wal_delivery");
 	SET(CURLOPT_HTTPHEADER, r->headers);
-	SET(CURLOPT_HEADERFUNCTION, capture_header);
 	SET(CURLOPT_HEADERDATA, r);
-	SET(CURLOPT_WRITEFUNCTION, capture_body_excerpt);
 	SET(CURLOPT_WRITEDATA, r);
-	SET(CURLOPT_SSL_VERIFYPEER, r->verify_tls ? 1L : 0L);
-	SET(CURLOPT_SSL_VERIFYHOST, r->verify_tls ? 2L : 0L);
-	if (r->timeout_ms > 0)
-		SET(CURLOPT_TIMEOUT_MS, r->timeout_ms);
-
-	if (strcmp(r->method, "GET") == 0 && r->body_len == 0)
-		SET(CURLOPT_HTTPGET, 1L);
-	else if (strcmp(r->method, "HEAD") == 0)
-		SET(CURLOPT_NOBODY, 1L);
-	else
+	if (r->sends_body)
 	{
 		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) r->body_len);
 		SET(CURLOPT_POSTFIELDS, r->body);
-		if (strcmp(r->method, "POST") != 0)
-			SET(CURLOPT_CUSTOMREQUEST, r->method);
 	}
 #undef SET
 	return rc;
@@ -301,11 +369,12 @@ start_transfer(http_engine *engine, delivery_request *r)
 {
 	CURLcode rc;
 	CURLMcode mrc;
+	bool fresh;
 
-	r->easy = take_easy(engine);
+	r->easy = take_easy(r, &fresh);
 	if (!r->easy)
 		return CURLE_OUT_OF_MEMORY;
-	rc = configure_transfer(r);
+	rc = configure_transfer(r, fresh);
 	if (rc == CURLE_OK && (mrc = curl_multi_add_handle(engine->multi, r->easy)) != CURLM_OK)
 	{
 		snprintf(r->curl_error, sizeof(r->curl_error), "curl_multi_add_handle: %s",
@@ -314,7 +383,7 @@ start_transfer(http_engine *engine, delivery_request *r)
 	}
 	if (rc != CURLE_OK)
 	{
-		give_back_easy(engine, r->easy);
+		curl_easy_cleanup(r->easy); /* its options are in an unknown state */
 		r->easy = NULL;
 		return rc;
 	}
@@ -380,7 +449,7 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 
 	mark_ready_if_runnable(engine, d);
 	r->done(r->opaque, &result);
-	free_request(engine, r);
+	free_request(r);
 }
 
 /* Hands out free slots round-robin over ready destinations; returns how many completed. */
@@ -472,31 +541,129 @@ http_engine_new(int max_total_in_flight)
 		return NULL;
 	}
 	engine->max_total_in_flight = max_total_in_flight;
-	engine->max_spare_easy = max_total_in_flight > 0 ? max_total_in_flight : 64;
-	engine->spare_easy = calloc(engine->max_spare_easy, sizeof(CURL *));
 	/* Keep an idle connection for every slot, so keep-alive survives between batches. */
 	if (max_total_in_flight > 0)
 		curl_multi_setopt(engine->multi, CURLMOPT_MAXCONNECTS, (long) max_total_in_flight);
 	return engine;
 }
 
+/* Case-insensitive "Name:" at the start of one of the lines. */
 static bool
-has_header(const struct curl_slist *headers, const char *name)
+has_header(const char *lines, const char *name)
 {
 	size_t name_len = strlen(name);
+	const char *line = lines;
 
-	for (; headers; headers = headers->next)
-		if (strncasecmp(headers->data, name, name_len) == 0 &&
-			(headers->data[name_len] == ':' || headers->data[name_len] == ';'))
+	while (line && *line)
+	{
+		if (strncasecmp(line, name, name_len) == 0 &&
+			(line[name_len] == ':' || line[name_len] == ';'))
 			return true;
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
 	return false;
+}
+
+/* Lines of text: each ends at a newline or at the end. */
+static int
+count_lines(const char *text)
+{
+	int n = 0;
+
+	for (const char *p = text; p && *p; n++)
+	{
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	return n;
+}
+
+/*
+ * The request and everything it keeps, in one allocation: the struct, the curl_slist
+ * nodes (curl only reads the list), then method, URL, header text and, unless borrowed,
+ * the body. NULL when out of memory.
+ */
+static delivery_request *
+new_request(const http_request *request, const char *method, bool sends_body)
+{
+	const char *lines = request->headers ? request->headers : "";
+	int n_nodes = count_lines(lines) + 2; /* + Expect: and, maybe, Content-Type: */
+	size_t method_len = strlen(method) + 1, url_len = strlen(request->url) + 1;
+	size_t lines_len = strlen(lines) + 1;
+	size_t body_len = request->body_borrowed ? 0 : request->body_len + 1;
+	delivery_request *r = calloc(1, sizeof(*r) + sizeof(struct curl_slist) * n_nodes + method_len +
+										url_len + lines_len + body_len);
+	struct curl_slist *nodes, **link;
+	char *text;
+	int used = 0;
+
+	if (!r)
+		return NULL;
+	nodes = (struct curl_slist *) (r + 1);
+	text = (char *) (nodes + n_nodes);
+	r->method = memcpy(text, method, method_len);
+	for (char *p = r->method; *p; p++)
+		*p = (char) toupper((unsigned char) *p);
+	r->url = memcpy(text += method_len, request->url, url_len);
+	text = memcpy(text + url_len, lines, lines_len);
+	if (request->body_borrowed)
+		r->body = request->body ? request->body : "";
+	else
+	{
+		char *body = text + lines_len;
+
+		if (request->body_len > 0)
+			memcpy(body, request->body, request->body_len);
+		body[request->body_len] = '\0';
+		r->body = body;
+	}
+	r->body_len = request->body_len;
+	r->sends_body = sends_body;
+
+	/* Split the copied text into lines, one node each (empty lines are skipped). */
+	link = &r->headers;
+	for (char *line = text; *line;)
+	{
+		char *end = strchr(line, '\n');
+
+		if (end)
+			*end = '\0';
+		if (*line)
+		{
+			nodes[used].data = line;
+			*link = &nodes[used++];
+			link = &(*link)->next;
+		}
+		if (!end)
+			break;
+		line = end + 1;
+	}
+	/*
+	 * Many webhook receivers mishandle "Expect: 100-continue", and a body without a
+	 * Content-Type must not be labelled form-encoded, which curl does by default.
+	 */
+	if (sends_body)
+	{
+		nodes[used].data = (char *) "Expect:";
+		*link = &nodes[used++];
+		link = &(*link)->next;
+		if (!has_header(lines, "Content-Type"))
+		{
+			nodes[used].data = (char *) "Content-Type:";
+			*link = &nodes[used++];
+			link = &(*link)->next;
+		}
+	}
+	*link = NULL;
+	return r;
 }
 
 bool
 http_engine_submit(http_engine *engine, const http_request *request, http_done_fn done,
 				   void *opaque)
 {
-	struct curl_slist *headers = request->headers;
 	const char *method = request->method ? request->method : "POST";
 	destination_state *d;
 	delivery_request *r;
@@ -504,59 +671,19 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 
 	if (engine->closing || !request->url || !request->url[0] || !method[0] || !done ||
 		(!request->body && request->body_len > 0))
-	{
-		curl_slist_free_all(headers);
 		return false;
-	}
 	d = find_or_add_destination(engine, request->destination ? request->destination : "");
-	r = calloc(1, sizeof(*r));
-	if (!d || !r)
-		goto out_of_memory;
-	r->headers = headers;
-	headers = NULL;
-	r->engine = engine;
+	sends_body = !(strcasecmp(method, "GET") == 0 && request->body_len == 0) &&
+				 strcasecmp(method, "HEAD") != 0;
+	r = d ? new_request(request, method, sends_body) : NULL;
+	if (!r)
+		return false;
 	r->destination = d;
-	r->method = strdup(method);
-	r->url = strdup(request->url);
-	if (request->body_borrowed)
-	{
-		r->body = (char *) (request->body ? request->body : "");
-		r->body_borrowed = true;
-	}
-	else if ((r->body = malloc(request->body_len + 1)) != NULL)
-	{
-		if (request->body_len > 0)
-			memcpy(r->body, request->body, request->body_len);
-		r->body[request->body_len] = '\0';
-	}
-	if (!r->method || !r->url || !r->body)
-		goto out_of_memory;
-	for (char *p = r->method; *p; p++)
-		*p = (char) toupper((unsigned char) *p);
-	r->body_len = request->body_len;
 	r->timeout_ms = request->timeout_ms;
 	r->verify_tls = request->verify_tls;
 	r->done = done;
 	r->opaque = opaque;
 	r->submitted_at_ms = monotonic_ms();
-
-	/*
-	 * Many webhook receivers mishandle "Expect: 100-continue", and a body without a
-	 * Content-Type must not be labelled form-encoded, which curl does by default.
-	 */
-	sends_body =
-		!(strcmp(r->method, "GET") == 0 && r->body_len == 0) && strcmp(r->method, "HEAD") != 0;
-	if (sends_body)
-	{
-		struct curl_slist *more = curl_slist_append(r->headers, "Expect:");
-
-		if (!more)
-			goto out_of_memory;
-		r->headers = more;
-		if (!has_header(r->headers, "Content-Type") &&
-			!curl_slist_append(r->headers, "Content-Type:"))
-			goto out_of_memory;
-	}
 
 	d->max_in_flight = request->max_in_flight;
 	/*
@@ -573,7 +700,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
 					 "error=\"%s\" msg=\"submit refused\"",
 					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
-			free_request(engine, r);
+			free_request(r);
 			return false;
 		}
 		return true;
@@ -587,12 +714,6 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 	engine->waiting++;
 	mark_ready_if_runnable(engine, d);
 	return true;
-
-out_of_memory:
-	curl_slist_free_all(headers);
-	if (r)
-		free_request(engine, r);
-	return false;
 }
 
 int
@@ -676,14 +797,13 @@ http_engine_free(http_engine *engine)
 				engine->waiting--;
 				complete_request(engine, r, CURLE_ABORTED_BY_CALLBACK, true);
 			}
+			drop_idle_easy(d);
+			free(d->idle_easy);
 			free(d->name);
 			free(d);
 			d = next;
 		}
 	}
-	while (engine->n_spare_easy > 0)
-		curl_easy_cleanup(engine->spare_easy[--engine->n_spare_easy]);
-	free(engine->spare_easy);
 	curl_multi_cleanup(engine->multi);
 	curl_global_cleanup();
 	free(engine);

@@ -46,18 +46,18 @@ typedef struct http_engine http_engine;
 
 typedef struct
 {
-	const char *destination;    /* groups requests for max_in_flight; NULL is "" */
-	int max_in_flight;          /* this destination's limit (<= 0: none); the newest
-								 * submitted value applies to the destination */
-	const char *method;         /* "POST", "PUT", ...; NULL is POST */
-	const char *url;            /* http:// or https:// */
-	struct curl_slist *headers; /* "Name: value" lines; the engine takes ownership, also
-								 * when submit fails */
-	const char *body;           /* copied by submit unless body_borrowed; any bytes */
-	size_t body_len;            /* bytes of body */
-	bool body_borrowed;         /* body stays valid until done runs: not copied */
-	long timeout_ms;            /* whole request once started; <= 0: no limit */
-	bool verify_tls;            /* false only for destinations configured so */
+	const char *destination; /* groups requests for max_in_flight; NULL is "" */
+	int max_in_flight;       /* this destination's limit (<= 0: none); the newest
+							  * submitted value applies to the destination */
+	const char *method;      /* "POST", "PUT", ...; NULL is POST */
+	const char *url;         /* http:// or https:// */
+	const char *headers;     /* "Name: value" lines, each ended by a newline; copied
+							  * by submit; NULL: none */
+	const char *body;        /* copied by submit unless body_borrowed; any bytes */
+	size_t body_len;         /* bytes of body */
+	bool body_borrowed;      /* body stays valid until done runs: not copied */
+	long timeout_ms;         /* whole request once started; <= 0: no limit */
+	bool verify_tls;         /* false only for destinations configured so */
 } http_request;
 
 typedef struct

@@ -46,17 +46,10 @@ retry_message_read(retry_message *m, const rd_kafka_message_t *rkm, int step,
 {
 	const destination_config *d;
 	int64_t entered, jitter = 0, not_before, attempt, partition, offset;
-	char *source_topic;
 
 	memset(m, 0, sizeof(*m));
-	handoff_message_from_kafka(&m->msg, rkm);
 	/* The record's identity is where it first came from, not this retry topic. */
-	source_topic = kafka_header_value(rkm, "source-topic");
-	if (source_topic)
-	{
-		free(m->msg.source_topic);
-		m->msg.source_topic = source_topic;
-	}
+	handoff_message_from_kafka(&m->msg, rkm, true);
 	if (header_number(rkm, "source-partition", &partition))
 		m->msg.source_partition = (int32_t) partition;
 	if (header_number(rkm, "source-offset", &offset))

@@ -154,43 +154,18 @@ is_header_safe(const char *value)
 }
 
 bool
-webhook_add_headers(struct curl_slist **headers, const char *secret, const char *msg_id,
-					long timestamp, const char *body, size_t body_len)
+webhook_add_header_lines(header_lines *headers, const char *secret, const char *msg_id,
+						 long timestamp, const char *body, size_t body_len)
 {
 	char signature[WEBHOOK_SIGNATURE_SIZE];
-	char lines[3][320];
-	struct curl_slist *ours = NULL;
 
-	if (!msg_id || msg_id[0] == '\0' || !is_header_safe(msg_id) ||
-		(size_t) snprintf(lines[0], sizeof(lines[0]), "webhook-id: %s", msg_id) >= sizeof(lines[0]))
+	if (!msg_id || msg_id[0] == '\0' || !is_header_safe(msg_id) || strlen(msg_id) > 300)
 		return false;
 	if (!webhook_sign(secret, msg_id, timestamp, body, body_len, signature, sizeof(signature)))
 		return false;
-	snprintf(lines[1], sizeof(lines[1]), "webhook-timestamp: %ld", timestamp);
-	snprintf(lines[2], sizeof(lines[2]), "webhook-signature: %s", signature);
-
-	/* Build our three apart and splice them on, so a failure leaves the caller's list whole. */
-	for (int i = 0; i < 3; i++)
-	{
-		struct curl_slist *longer = curl_slist_append(ours, lines[i]);
-
-		if (!longer)
-		{
-			curl_slist_free_all(ours);
-			return false;
-		}
-		ours = longer;
-	}
-	if (!*headers)
-		*headers = ours;
-	else
-	{
-		struct curl_slist *tail = *headers;
-
-		while (tail->next)
-			tail = tail->next;
-		tail->next = ours;
-	}
+	header_lines_add(headers, "webhook-id", msg_id);
+	header_lines_add_long(headers, "webhook-timestamp", timestamp);
+	header_lines_add(headers, "webhook-signature", signature);
 	return true;
 }
 

@@ -25,6 +25,8 @@
 
 #include <curl/curl.h>
 
+#include "header_lines.h"
+
 /* "v1," + 44 base64 characters + NUL. */
 #define WEBHOOK_SIGNATURE_SIZE 48
 
@@ -48,12 +50,12 @@ bool webhook_sign(const char *secret, const char *msg_id, long timestamp, const 
 				  size_t body_len, char *out, size_t out_size);
 
 /*
- * Appends the three webhook-* headers to *headers. Returns false and leaves *headers as it
- * was when signing fails or msg_id is empty or holds a control character (it goes into a
+ * Adds the three webhook-* headers. Returns false and adds nothing when signing fails or
+ * msg_id is empty, longer than 300 bytes or holds a control character (it goes into a
  * header line, so CR/LF would inject headers).
  */
-bool webhook_add_headers(struct curl_slist **headers, const char *secret, const char *msg_id,
-						 long timestamp, const char *body, size_t body_len);
+bool webhook_add_header_lines(header_lines *headers, const char *secret, const char *msg_id,
+							  long timestamp, const char *body, size_t body_len);
 
 /*
  * Judges one attempt. transient_statuses holds exact codes ("429") and classes ("5xx");
