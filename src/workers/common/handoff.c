@@ -82,62 +82,88 @@ pack(char **cursor, const char *s, size_t n)
 	return start;
 }
 
+enum
+{
+	TOPIC,
+	KEY,
+	CONTENT_TYPE,
+	OUTBOX_ID,
+	CREATED_AT,
+	N_FIELDS
+};
+
+/* What a message says of itself, in place: header values and the topic name are
+ * NUL-terminated by librdkafka and live as long as the message. */
+typedef struct message_fields
+{
+	const char *value[N_FIELDS];
+	size_t len[N_FIELDS];
+	char fallback_key[512];
+} message_fields;
+
+static void
+read_fields(message_fields *f, const rd_kafka_message_t *rkm, bool origin_from_headers)
+{
+	static const char *const names[N_FIELDS] = {"source-topic", "idempotency-key", "content-type",
+												"outbox-id", "created-at"};
+	rd_kafka_headers_t *hdrs = NULL;
+
+	memset(f->value, 0, sizeof(f->value));
+	memset(f->len, 0, sizeof(f->len));
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		hdrs = NULL;
+	for (int i = 0; i < N_FIELDS; i++)
+		if (i != TOPIC || origin_from_headers)
+			header_view(hdrs, names[i], &f->value[i], &f->len[i]);
+	if (f->value[TOPIC] == NULL)
+	{
+		f->value[TOPIC] = rd_kafka_topic_name(rkm->rkt);
+		f->len[TOPIC] = strlen(f->value[TOPIC]);
+	}
+	if (f->value[KEY] == NULL)
+	{
+		/* Not written by the relay: the record's place in Kafka is its identity. */
+		snprintf(f->fallback_key, sizeof(f->fallback_key), "%.*s-%d-%" PRId64, (int) f->len[TOPIC],
+				 f->value[TOPIC], rkm->partition, rkm->offset);
+		f->value[KEY] = f->fallback_key;
+		f->len[KEY] = strlen(f->fallback_key);
+	}
+}
+
+static void *
+must_alloc(size_t bytes)
+{
+	void *p = malloc(bytes);
+
+	if (p == NULL)
+	{
+		log_error("event=out_of_memory bytes=%zu msg=\"cannot keep a consumed record\"", bytes);
+		abort();
+	}
+	return p;
+}
+
 void
 handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm,
 						   bool origin_from_headers)
 {
-	enum
-	{
-		TOPIC,
-		KEY,
-		CONTENT_TYPE,
-		OUTBOX_ID,
-		CREATED_AT,
-		N_FIELDS
-	};
-	static const char *const names[N_FIELDS] = {"source-topic", "idempotency-key", "content-type",
-												"outbox-id", "created-at"};
-	const char *value[N_FIELDS] = {0};
-	size_t len[N_FIELDS] = {0}, total = rkm->len + 1;
-	rd_kafka_headers_t *hdrs = NULL;
-	char fallback_key[512];
+	message_fields f;
+	size_t total = rkm->len + 1;
 	char *cursor;
 
-	memset(m, 0, sizeof(*m));
-	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		hdrs = NULL;
-	for (int f = 0; f < N_FIELDS; f++)
-		if (f != TOPIC || origin_from_headers)
-			header_view(hdrs, names[f], &value[f], &len[f]);
-	if (value[TOPIC] == NULL)
-	{
-		value[TOPIC] = rd_kafka_topic_name(rkm->rkt);
-		len[TOPIC] = strlen(value[TOPIC]);
-	}
-	if (value[KEY] == NULL)
-	{
-		/* Not written by the relay: the record's place in Kafka is its identity. */
-		snprintf(fallback_key, sizeof(fallback_key), "%.*s-%d-%" PRId64, (int) len[TOPIC],
-				 value[TOPIC], rkm->partition, rkm->offset);
-		value[KEY] = fallback_key;
-		len[KEY] = strlen(fallback_key);
-	}
-	for (int f = 0; f < N_FIELDS; f++)
-		total += value[f] ? len[f] + 1 : 0;
+	read_fields(&f, rkm, origin_from_headers);
+	for (int i = 0; i < N_FIELDS; i++)
+		total += f.value[i] ? f.len[i] + 1 : 0;
 
-	/* One allocation for all of it: a consumer makes one of these per record. */
-	cursor = m->block = malloc(total);
-	if (m->block == NULL)
-	{
-		log_error("event=out_of_memory bytes=%zu msg=\"cannot keep a consumed record\"", total);
-		abort();
-	}
-	m->source_topic = pack(&cursor, value[TOPIC], len[TOPIC]);
-	m->idempotency_key = pack(&cursor, value[KEY], len[KEY]);
+	memset(m, 0, sizeof(*m));
+	cursor = m->block = must_alloc(total);
+	m->source_topic = pack(&cursor, f.value[TOPIC], f.len[TOPIC]);
+	m->idempotency_key = pack(&cursor, f.value[KEY], f.len[KEY]);
 	m->content_type =
-		value[CONTENT_TYPE] ? pack(&cursor, value[CONTENT_TYPE], len[CONTENT_TYPE]) : NULL;
-	m->outbox_id = value[OUTBOX_ID] ? pack(&cursor, value[OUTBOX_ID], len[OUTBOX_ID]) : NULL;
-	m->created_at = value[CREATED_AT] ? pack(&cursor, value[CREATED_AT], len[CREATED_AT]) : NULL;
+		f.value[CONTENT_TYPE] ? pack(&cursor, f.value[CONTENT_TYPE], f.len[CONTENT_TYPE]) : NULL;
+	m->outbox_id = f.value[OUTBOX_ID] ? pack(&cursor, f.value[OUTBOX_ID], f.len[OUTBOX_ID]) : NULL;
+	m->created_at =
+		f.value[CREATED_AT] ? pack(&cursor, f.value[CREATED_AT], f.len[CREATED_AT]) : NULL;
 	m->payload = pack(&cursor, rkm->payload ? rkm->payload : "", rkm->len);
 	m->payload_len = rkm->len;
 	m->source_partition = rkm->partition;
@@ -282,7 +308,8 @@ handoff_send(handoff_producer *p, const control_plane_config *config,
 	}
 	w->key = strdup(m->idempotency_key);
 	w->payload = malloc(m->payload_len + 1);
-	memcpy(w->payload, m->payload, m->payload_len + 1);
+	memcpy(w->payload, m->payload, m->payload_len);
+	w->payload[m->payload_len] = '\0';
 	w->payload_len = m->payload_len;
 	w->opaque = opaque;
 	w->headers = rd_kafka_headers_new(16);

@@ -39,11 +39,11 @@ typedef struct handoff_message
 	char *content_type;
 	char *outbox_id;
 	char *created_at;
-	char *payload;
+	char *payload; /* payload_len bytes (NUL-terminated when from Kafka) */
 	size_t payload_len;
 	void *owner; /* the caller's, untouched here */
-	char *block; /* from handoff_message_from_kafka: the one allocation holding the strings
-				  * and the payload; NULL when the caller filled the fields itself */
+	char *block; /* what handoff_message_clear frees: the one allocation from
+				  * handoff_message_from_kafka; NULL when the caller filled the fields */
 } handoff_message;
 
 /* The last value of a message header as a malloc'd string, NULL when it has none. */

@@ -26,6 +26,22 @@
 typedef struct delivery_request delivery_request;
 typedef struct destination_state destination_state;
 
+/*
+ * An easy handle and what it fills in during a transfer. It outlives requests: a
+ * finished one waits, still set up, in its destination's idle list for the next request,
+ * so the buffers here are never allocated per request.
+ */
+typedef struct transfer
+{
+	CURL *easy;
+	delivery_request *request; /* the one in flight on it */
+	bool has_retry_after;
+	char retry_after[RETRY_AFTER_MAX];
+	char curl_error[CURL_ERROR_SIZE];
+	size_t excerpt_len;
+	char response_excerpt[RESPONSE_EXCERPT_MAX];
+} transfer;
+
 /* What a destination's idle easy handles are set up for; a request that differs gets a
  * fresh handle (a config change), and the idle ones are dropped. */
 typedef struct prepared_options
@@ -41,9 +57,9 @@ struct destination_state
 {
 	char *name;
 	int max_in_flight; /* <= 0: no limit */
-	CURL **idle_easy;  /* finished handles, kept set up for the next request */
-	int n_idle_easy;
-	int max_idle_easy;
+	transfer **idle;   /* finished transfers, kept set up for the next request */
+	int n_idle;
+	int max_idle;
 	prepared_options prepared;
 	int in_flight;
 	int waiting;
@@ -60,7 +76,7 @@ struct delivery_request
 	delivery_request *next_waiting;
 	delivery_request *prev_active;
 	delivery_request *next_active;
-	CURL *easy; /* set only while in flight */
+	transfer *transfer; /* set only while in flight */
 	/* method, url, the header lines and their list nodes, and an unborrowed body all live
 	 * in this request's own allocation (one malloc per request). */
 	char *method;
@@ -75,11 +91,7 @@ struct delivery_request
 	void *opaque;
 	long long submitted_at_ms;
 	long long started_at_ms;
-	bool has_retry_after;
-	char retry_after[RETRY_AFTER_MAX];
-	char curl_error[CURL_ERROR_SIZE];
-	size_t excerpt_len;
-	char response_excerpt[RESPONSE_EXCERPT_MAX];
+	const char *start_error; /* why it could not start (a static string) */
 };
 
 struct http_engine
@@ -188,80 +200,94 @@ same_options(const prepared_options *p, const delivery_request *r)
 }
 
 static void
-drop_idle_easy(destination_state *d)
+free_transfer(transfer *t)
 {
-	while (d->n_idle_easy > 0)
-		curl_easy_cleanup(d->idle_easy[--d->n_idle_easy]);
+	curl_easy_cleanup(t->easy);
+	free(t);
+}
+
+static void
+drop_idle_transfers(destination_state *d)
+{
+	while (d->n_idle > 0)
+		free_transfer(d->idle[--d->n_idle]);
 	free(d->prepared.url);
 	free(d->prepared.method);
 	memset(&d->prepared, 0, sizeof(d->prepared));
 }
 
 /*
- * Reuses a finished handle of the destination as it was left: only the options that
+ * Reuses a finished transfer of the destination as it was left: only the options that
  * change per request are set again (no curl_easy_reset, no URL parse); a handle's
  * connection goes back to the multi handle's pool either way. *fresh says whether all
  * options must be set. NULL when out of memory.
  */
-static CURL *
-take_easy(delivery_request *r, bool *fresh)
+static transfer *
+take_transfer(delivery_request *r, bool *fresh)
 {
 	destination_state *d = r->destination;
+	transfer *t;
 
 	*fresh = false;
 	if (same_options(&d->prepared, r))
 	{
-		if (d->n_idle_easy > 0)
-			return d->idle_easy[--d->n_idle_easy];
+		if (d->n_idle > 0)
+			return d->idle[--d->n_idle];
 	}
 	else
 	{
-		drop_idle_easy(d);
+		drop_idle_transfers(d);
 		d->prepared.url = strdup(r->url);
 		d->prepared.method = strdup(r->method);
 		d->prepared.timeout_ms = r->timeout_ms;
 		d->prepared.verify_tls = r->verify_tls;
 		d->prepared.sends_body = r->sends_body;
 		if (!d->prepared.url || !d->prepared.method)
-			drop_idle_easy(d);
+			drop_idle_transfers(d);
 	}
 	*fresh = true;
-	return curl_easy_init();
+	t = calloc(1, sizeof(*t));
+	if (t && !(t->easy = curl_easy_init()))
+	{
+		free(t);
+		t = NULL;
+	}
+	return t;
 }
 
 static void
-give_back_easy(delivery_request *r)
+give_back_transfer(delivery_request *r)
 {
 	destination_state *d = r->destination;
+	transfer *t = r->transfer;
 	int limit = d->max_in_flight > 0 ? d->max_in_flight : 64;
 
-	if (d->n_idle_easy < limit && same_options(&d->prepared, r))
+	t->request = NULL;
+	if (d->n_idle < limit && same_options(&d->prepared, r))
 	{
-		if (d->max_idle_easy < limit)
+		if (d->max_idle < limit)
 		{
-			CURL **grown = realloc(d->idle_easy, sizeof(CURL *) * limit);
+			transfer **grown = realloc(d->idle, sizeof(transfer *) * limit);
 
 			if (!grown)
 			{
-				curl_easy_cleanup(r->easy);
+				free_transfer(t);
 				return;
 			}
-			d->idle_easy = grown;
-			d->max_idle_easy = limit;
+			d->idle = grown;
+			d->max_idle = limit;
 		}
-		/* The request's buffers go with it; nothing may point at them while idle. */
-		curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, NULL);
-		d->idle_easy[d->n_idle_easy++] = r->easy;
+		d->idle[d->n_idle++] = t;
 	}
 	else
-		curl_easy_cleanup(r->easy);
+		free_transfer(t);
 }
 
 static void
 free_request(delivery_request *r)
 {
-	if (r->easy)
-		give_back_easy(r);
+	if (r->transfer)
+		give_back_transfer(r);
 	free(r);
 }
 
@@ -269,7 +295,7 @@ free_request(delivery_request *r)
 static size_t
 capture_header(char *line, size_t size, size_t n_items, void *userdata)
 {
-	delivery_request *r = userdata;
+	transfer *r = userdata;
 	size_t len = size * n_items;
 	static const char name[] = "retry-after:";
 	size_t name_len = sizeof(name) - 1;
@@ -302,7 +328,7 @@ capture_header(char *line, size_t size, size_t n_items, void *userdata)
 static size_t
 capture_body_excerpt(char *data, size_t size, size_t n_items, void *userdata)
 {
-	delivery_request *r = userdata;
+	transfer *r = userdata;
 	size_t len = size * n_items;
 	size_t room = RESPONSE_EXCERPT_MAX - 1 - r->excerpt_len;
 	size_t take = len < room ? len : room;
@@ -321,7 +347,8 @@ static CURLcode
 configure_transfer(delivery_request *r, bool fresh)
 {
 	CURLcode rc = CURLE_OK;
-	CURL *easy = r->easy;
+	transfer *t = r->transfer;
+	CURL *easy = t->easy;
 
 #define SET(option, value)                                                                         \
 	do                                                                                             \
@@ -332,6 +359,10 @@ configure_transfer(delivery_request *r, bool fresh)
 
 	if (fresh)
 	{
+		SET(CURLOPT_PRIVATE, t);
+		SET(CURLOPT_ERRORBUFFER, t->curl_error);
+		SET(CURLOPT_HEADERDATA, t);
+		SET(CURLOPT_WRITEDATA, t);
 		SET(CURLOPT_URL, r->url);
 		SET(CURLOPT_PROTOCOLS_STR, "http,https");
 		SET(CURLOPT_FOLLOWLOCATION, 0L);
@@ -349,11 +380,7 @@ configure_transfer(delivery_request *r, bool fresh)
 		else if (strcmp(r->method, "POST") != 0)
 			SET(CURLOPT_CUSTOMREQUEST, r->method);
 	}
-	SET(CURLOPT_PRIVATE, r);
-	SET(CURLOPT_ERRORBUFFER, r->curl_error);
 	SET(CURLOPT_HTTPHEADER, r->headers);
-	SET(CURLOPT_HEADERDATA, r);
-	SET(CURLOPT_WRITEDATA, r);
 	if (r->sends_body)
 	{
 		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) r->body_len);
@@ -371,20 +398,29 @@ start_transfer(http_engine *engine, delivery_request *r)
 	CURLMcode mrc;
 	bool fresh;
 
-	r->easy = take_easy(r, &fresh);
-	if (!r->easy)
-		return CURLE_OUT_OF_MEMORY;
-	rc = configure_transfer(r, fresh);
-	if (rc == CURLE_OK && (mrc = curl_multi_add_handle(engine->multi, r->easy)) != CURLM_OK)
+	r->transfer = take_transfer(r, &fresh);
+	if (!r->transfer)
 	{
-		snprintf(r->curl_error, sizeof(r->curl_error), "curl_multi_add_handle: %s",
-				 curl_multi_strerror(mrc));
+		r->start_error = curl_easy_strerror(CURLE_OUT_OF_MEMORY);
+		return CURLE_OUT_OF_MEMORY;
+	}
+	r->transfer->request = r;
+	r->transfer->has_retry_after = false;
+	r->transfer->excerpt_len = 0;
+	r->transfer->response_excerpt[0] = '\0';
+	r->transfer->curl_error[0] = '\0';
+	rc = configure_transfer(r, fresh);
+	r->start_error = curl_easy_strerror(rc);
+	if (rc == CURLE_OK &&
+		(mrc = curl_multi_add_handle(engine->multi, r->transfer->easy)) != CURLM_OK)
+	{
+		r->start_error = curl_multi_strerror(mrc);
 		rc = CURLE_FAILED_INIT;
 	}
 	if (rc != CURLE_OK)
 	{
-		curl_easy_cleanup(r->easy); /* its options are in an unknown state */
-		r->easy = NULL;
+		free_transfer(r->transfer); /* its options are in an unknown state */
+		r->transfer = NULL;
 		return rc;
 	}
 
@@ -408,7 +444,8 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 {
 	destination_state *d = r->destination;
 	long long now = monotonic_ms();
-	bool was_in_flight = r->easy != NULL;
+	transfer *t = r->transfer;
+	bool was_in_flight = t != NULL;
 	http_result result = {0};
 	char status_error[32];
 
@@ -416,13 +453,13 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 	result.aborted = aborted;
 	result.queued_ms = (long) ((was_in_flight ? r->started_at_ms : now) - r->submitted_at_ms);
 	result.elapsed_ms = was_in_flight ? (long) (now - r->started_at_ms) : 0;
-	result.response_excerpt = r->response_excerpt;
+	result.response_excerpt = was_in_flight ? t->response_excerpt : "";
 	if (was_in_flight)
 	{
-		curl_easy_getinfo(r->easy, CURLINFO_NUM_CONNECTS, &result.new_connections);
+		curl_easy_getinfo(t->easy, CURLINFO_NUM_CONNECTS, &result.new_connections);
 		if (!aborted)
-			curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &result.http_status);
-		curl_multi_remove_handle(engine->multi, r->easy);
+			curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &result.http_status);
+		curl_multi_remove_handle(engine->multi, t->easy);
 
 		if (r->prev_active)
 			r->prev_active->next_active = r->next_active;
@@ -433,12 +470,14 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 		d->in_flight--;
 		engine->in_flight--;
 	}
-	result.retry_after = r->has_retry_after && !aborted ? r->retry_after : NULL;
+	result.retry_after = was_in_flight && t->has_retry_after && !aborted ? t->retry_after : NULL;
 
 	if (aborted)
 		result.error = "aborted: the delivery engine was freed before an answer";
+	else if (!was_in_flight)
+		result.error = r->start_error ? r->start_error : curl_easy_strerror(curl_result);
 	else if (curl_result != CURLE_OK)
-		result.error = r->curl_error[0] ? r->curl_error : curl_easy_strerror(curl_result);
+		result.error = t->curl_error[0] ? t->curl_error : curl_easy_strerror(curl_result);
 	else if (result.http_status >= 200 && result.http_status <= 299)
 		result.error = "";
 	else
@@ -478,7 +517,7 @@ start_waiting_requests(http_engine *engine)
 		{
 			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
 					 "error=\"%s\" msg=\"reported to the caller as a failed attempt\"",
-					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
+					 d->name, r->url, r->start_error);
 			complete_request(engine, r, rc, false);
 			completed++;
 		}
@@ -504,7 +543,7 @@ read_completions(http_engine *engine)
 		/* msg is only valid until its handle leaves the multi handle: copy first. */
 		result = msg->data.result;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &private_pointer);
-		complete_request(engine, (delivery_request *) private_pointer, result, false);
+		complete_request(engine, ((transfer *) private_pointer)->request, result, false);
 		completed++;
 	}
 	return completed;
@@ -699,7 +738,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 		{
 			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
 					 "error=\"%s\" msg=\"submit refused\"",
-					 d->name, r->url, r->curl_error[0] ? r->curl_error : curl_easy_strerror(rc));
+					 d->name, r->url, r->start_error);
 			free_request(r);
 			return false;
 		}
@@ -797,8 +836,8 @@ http_engine_free(http_engine *engine)
 				engine->waiting--;
 				complete_request(engine, r, CURLE_ABORTED_BY_CALLBACK, true);
 			}
-			drop_idle_easy(d);
-			free(d->idle_easy);
+			drop_idle_transfers(d);
+			free(d->idle);
 			free(d->name);
 			free(d);
 			d = next;
