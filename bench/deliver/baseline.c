@@ -5,7 +5,13 @@
  * MAX_IN_FLIGHT requests in flight per URL. No retries, no DLQ, no dedupe, no signing,
  * no offset tracking beyond "this record's copies are done".
  *
- *   baseline BOOTSTRAP TOPIC GROUP RECORDS MAX_IN_FLIGHT URL...
+ *   baseline BOOTSTRAP TOPIC GROUP RECORDS MAX_IN_FLIGHT MODE URL...
+ *
+ * MODE "bare": every request carries only Content-Type: application/json (set once).
+ * MODE "same-request": every request carries the headers a delivery must carry, read
+ * from the record's Kafka headers like the worker does: Content-Type, Idempotency-Key,
+ * X-Wal-Topic, X-Wal-Outbox-Id, X-Wal-Attempt and User-Agent, built with curl_slist per
+ * request, the plain way. The sink sees the same bytes from it as from the worker.
  *
  * Like the worker it stops fetching while MAX_OPEN records (2000, the worker's
  * MAX_OPEN_RECORDS) are not yet done, and keeps one connection per in-flight slot
@@ -56,6 +62,7 @@ struct transfer
 	CURL *easy;
 	destination *dest;
 	int record;
+	struct curl_slist *headers; /* same-request mode: this request's own */
 };
 
 static open_record records[MAX_OPEN];
@@ -65,6 +72,7 @@ static int n_dests;
 static long answered, failed;
 static struct curl_slist *headers;
 static CURLM *multi;
+static bool same_request;
 
 static double
 now_s(void)
@@ -83,6 +91,38 @@ discard(char *data, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
+static const char *
+header_or(rd_kafka_message_t *m, const char *name, const char *otherwise)
+{
+	rd_kafka_headers_t *hdrs;
+	const void *value;
+	size_t size;
+
+	if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		rd_kafka_header_get_last(hdrs, name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR && value)
+		return value; /* librdkafka NUL-terminates header values */
+	return otherwise;
+}
+
+static void
+set_delivery_headers(transfer *t, rd_kafka_message_t *m)
+{
+	char line[1024];
+
+	snprintf(line, sizeof(line), "Content-Type: %s",
+			 header_or(m, "content-type", "application/octet-stream"));
+	t->headers = curl_slist_append(NULL, line);
+	snprintf(line, sizeof(line), "Idempotency-Key: %s", header_or(m, "idempotency-key", ""));
+	t->headers = curl_slist_append(t->headers, line);
+	snprintf(line, sizeof(line), "X-Wal-Topic: %s", rd_kafka_topic_name(m->rkt));
+	t->headers = curl_slist_append(t->headers, line);
+	snprintf(line, sizeof(line), "X-Wal-Outbox-Id: %s", header_or(m, "outbox-id", ""));
+	t->headers = curl_slist_append(t->headers, line);
+	t->headers = curl_slist_append(t->headers, "X-Wal-Attempt: 1");
+	t->headers = curl_slist_append(t->headers, "Expect:");
+	curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
+}
+
 static void
 start(destination *d, int record)
 {
@@ -90,6 +130,8 @@ start(destination *d, int record)
 	rd_kafka_message_t *m = records[record].msg;
 
 	t->record = record;
+	if (same_request)
+		set_delivery_headers(t, m);
 	curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, (long) m->len);
 	curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, m->payload ? (char *) m->payload : "");
 	curl_multi_add_handle(multi, t->easy);
@@ -148,6 +190,8 @@ read_completions(void)
 						curl_easy_strerror(msg->data.result), status);
 		}
 		curl_multi_remove_handle(multi, t->easy);
+		curl_slist_free_all(t->headers);
+		t->headers = NULL;
 		d = t->dest;
 		d->in_flight--;
 		d->idle[d->n_idle++] = t;
@@ -179,14 +223,16 @@ main(int argc, char **argv)
 	int limit;
 	double t0 = now_s();
 
-	if (argc < 7)
+	if (argc < 8 || (strcmp(argv[6], "bare") != 0 && strcmp(argv[6], "same-request") != 0))
 	{
-		fprintf(stderr, "usage: baseline BOOTSTRAP TOPIC GROUP RECORDS MAX_IN_FLIGHT URL...\n");
+		fprintf(stderr, "usage: baseline BOOTSTRAP TOPIC GROUP RECORDS MAX_IN_FLIGHT "
+						"bare|same-request URL...\n");
 		return 2;
 	}
 	want = atol(argv[4]);
 	limit = atoi(argv[5]);
-	n_dests = argc - 6;
+	same_request = strcmp(argv[6], "same-request") == 0;
+	n_dests = argc - 7;
 
 	conf = rd_kafka_conf_new();
 	if (rd_kafka_conf_set(conf, "bootstrap.servers", argv[1], errstr, sizeof(errstr)) ||
@@ -232,7 +278,7 @@ main(int argc, char **argv)
 	{
 		destination *d = &dests[i];
 
-		d->url = argv[6 + i];
+		d->url = argv[7 + i];
 		d->limit = limit;
 		d->idle = calloc(limit, sizeof(transfer *));
 		for (int k = 0; k < limit; k++)
@@ -246,6 +292,8 @@ main(int argc, char **argv)
 			curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, discard);
 			curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
 			curl_easy_setopt(t->easy, CURLOPT_PRIVATE, (char *) t);
+			if (same_request)
+				curl_easy_setopt(t->easy, CURLOPT_USERAGENT, "wal_delivery");
 			d->idle[d->n_idle++] = t;
 		}
 	}
