@@ -267,6 +267,44 @@ def test_config_changes_arrive_by_notify(tmp_path, workers, unique):
         d.stop()
 
 
+def test_a_changed_endpoint_and_method_apply_to_the_next_deliveries(tmp_path, workers, unique):
+    """Idle connections and request set-ups are reused per destination; an edit to the
+    destination must still take effect for what is sent after it is published."""
+    topic, name = f"c.edit.{unique}", f"edit-{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, name, d.url + "/before", [topic], max_in_flight=4)
+            wait_published(conn)
+        w = workers()
+        w.wait_ready()
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue_batch(%s, ARRAY(SELECT jsonb_build_object('n', i)"
+                         " FROM generate_series(1, 20) i), ARRAY(SELECT 'b' || i FROM generate_series(1, 20) i))",
+                         (topic,))
+            wait_all_stored(conn, topic, 20)
+        d.wait_for(20, path="/before")
+        changes = w.output().count("event=config_changed")
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.destinations SET endpoint = %s, method = 'PUT'"
+                         " WHERE name = %s", (d.url + "/after", name))
+            wait_published(conn)
+        wait_until(lambda: w.output().count("event=config_changed") > changes, 30,
+                   what="the worker to take the change")
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue_batch(%s, ARRAY(SELECT jsonb_build_object('n', i)"
+                         " FROM generate_series(1, 20) i), ARRAY(SELECT 'a' || i FROM generate_series(1, 20) i))",
+                         (topic,))
+            wait_all_stored(conn, topic, 40)
+        after = d.wait_for(20, path="/after")
+        assert {r["method"] for r in after} == {"PUT"}
+        assert sorted(r["headers"]["idempotency-key"] for r in after) == sorted(f"a{i}" for i in range(1, 21))
+        assert len(d.requests("/before")) == 20
+    finally:
+        d.stop()
+
+
 def test_a_worker_started_while_the_database_is_down_uses_a_peer(tmp_path, workers, unique):
     topic = f"c.peer.{unique}"
     with connect() as conn:
