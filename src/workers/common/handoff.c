@@ -55,7 +55,8 @@ kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
 	return strndup(value, size);
 }
 
-/* A header's last value in place (not NUL-terminated, cut at a NUL like strndup would). */
+/* A header's last value in place (librdkafka NUL-terminates it); the length stops at an
+ * embedded NUL, as strndup did. */
 static bool
 header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size_t *len)
 {
