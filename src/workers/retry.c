@@ -56,6 +56,13 @@
 #define RAMP_INTERVAL_MS     5000 /* before the time scale */
 #define PROBE_LEASE_SLACK_MS 10000
 #define SHUTDOWN_TIMEOUT_MS  15000
+/*
+ * A paused partition's fetch resumes this long (real time, not scaled) before its newest
+ * message can be due: a resumed partition joins the broker's next fetch request only after
+ * the outstanding long poll returns (fetch.wait.max.ms, 500 ms by default), so messages
+ * that arrived behind it during the pause would otherwise reach the lane up to that late.
+ */
+#define FETCH_RESUME_LEAD_MS 600
 
 /* A duration of the retry policy as this worker runs it (--time-scale). */
 static long
@@ -442,9 +449,9 @@ ramp_up(retry_state *st)
 	}
 }
 
-/* Pauses a partition's fetch while its newest message is not due even without jitter, its
- * buffer is full, or its destination is paused with a message already in hand for the
- * probe. */
+/* Pauses a partition's fetch while its newest message is not due even without jitter (up
+ * to FETCH_RESUME_LEAD_MS before), its buffer is full, or its destination is paused with a
+ * message already in hand for the probe. */
 static void
 adjust_fetching(retry_state *st)
 {
@@ -458,7 +465,8 @@ adjust_fetching(retry_state *st)
 
 		if (!l->assigned)
 			continue;
-		hold = l->n >= LANE_BUFFER || (l->tail && l->tail->m.earliest_ms > now);
+		hold =
+			l->n >= LANE_BUFFER || (l->tail && l->tail->m.earliest_ms > now + FETCH_RESUME_LEAD_MS);
 		if (!hold && l->head)
 		{
 			dest_state *ds = dest_get(st, l->head->m.destination);
