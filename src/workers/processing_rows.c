@@ -11,96 +11,63 @@
 #include <string.h>
 
 #include "common/log.h"
-
-/* A growing string for the array literals. */
-typedef struct
-{
-	char *data;
-	size_t len;
-	size_t cap;
-} text_buf;
-
-static void
-buf_reserve(text_buf *b, size_t more)
-{
-	if (b->len + more + 1 <= b->cap)
-		return;
-	b->cap = (b->len + more + 1) * 2;
-	b->data = realloc(b->data, b->cap);
-	if (b->data == NULL)
-		fatal("event=out_of_memory bytes=%zu", b->cap);
-}
-
-static void
-buf_append(text_buf *b, const char *s, size_t n)
-{
-	buf_reserve(b, n);
-	memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-}
-
-static void
-buf_append_str(text_buf *b, const char *s)
-{
-	buf_append(b, s, strlen(s));
-}
+#include "common/text_buffer.h"
 
 /* One element of a text[] literal: quoted, with " and \ escaped, or NULL. */
 static void
-append_text_element(text_buf *b, const char *s)
+append_text_element(text_buffer *b, const char *s)
 {
 	if (s == NULL)
 	{
-		buf_append_str(b, "NULL");
+		text_buffer_puts(b, "NULL");
 		return;
 	}
-	buf_append_str(b, "\"");
+	text_buffer_puts(b, "\"");
 	for (const char *p = s; *p; p++)
 	{
 		if (*p == '"' || *p == '\\')
-			buf_append(b, "\\", 1);
-		buf_append(b, p, 1);
+			text_buffer_append(b, "\\", 1);
+		text_buffer_append(b, p, 1);
 	}
-	buf_append_str(b, "\"");
+	text_buffer_puts(b, "\"");
 }
 
 /* One element of a bytea[] literal in hex ("\\x..." once the array parser unescapes). */
 static void
-append_bytea_element(text_buf *b, const char *bytes, size_t n)
+append_bytea_element(text_buffer *b, const char *bytes, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 
 	if (bytes == NULL)
 	{
-		buf_append_str(b, "NULL");
+		text_buffer_puts(b, "NULL");
 		return;
 	}
-	buf_reserve(b, n * 2 + 8);
-	buf_append_str(b, "\"\\\\x");
+	text_buffer_reserve(b, n * 2 + 8);
+	text_buffer_puts(b, "\"\\\\x");
 	for (size_t i = 0; i < n; i++)
 	{
 		b->data[b->len++] = hex[(unsigned char) bytes[i] >> 4];
 		b->data[b->len++] = hex[(unsigned char) bytes[i] & 15];
 	}
 	b->data[b->len] = '\0';
-	buf_append_str(b, "\"");
+	text_buffer_puts(b, "\"");
 }
 
 static char *
 id_array(attempt_result *const *results, int n, bool tokens)
 {
-	text_buf b = {0};
+	text_buffer b = {0};
 	char num[32];
 
-	buf_append_str(&b, "{");
+	text_buffer_puts(&b, "{");
 	for (int i = 0; i < n; i++)
 	{
 		snprintf(num, sizeof(num), "%s%" PRId64, i ? "," : "",
 				 tokens ? results[i]->row->lease_token : results[i]->row->id);
-		buf_append_str(&b, num);
+		text_buffer_puts(&b, num);
 	}
-	buf_append_str(&b, "}");
+	text_buffer_puts(&b, "}");
 	return b.data;
 }
 
@@ -320,7 +287,7 @@ run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_ti
 bool
 finish_attempts(PGconn *db, attempt_result *const *results, int n)
 {
-	text_buf payloads = {0}, errors = {0};
+	text_buffer payloads = {0}, errors = {0};
 	char *ids, *tokens;
 	const char *params[4];
 	PGresult *res;
@@ -328,21 +295,21 @@ finish_attempts(PGconn *db, attempt_result *const *results, int n)
 
 	if (n == 0)
 		return true;
-	buf_append_str(&payloads, "{");
-	buf_append_str(&errors, "{");
+	text_buffer_puts(&payloads, "{");
+	text_buffer_puts(&errors, "{");
 	for (int i = 0; i < n; i++)
 	{
 		if (i)
 		{
-			buf_append_str(&payloads, ",");
-			buf_append_str(&errors, ",");
+			text_buffer_puts(&payloads, ",");
+			text_buffer_puts(&errors, ",");
 		}
 		append_bytea_element(&payloads, results[i]->error ? NULL : results[i]->payload,
 							 results[i]->payload_len);
 		append_text_element(&errors, results[i]->error);
 	}
-	buf_append_str(&payloads, "}");
-	buf_append_str(&errors, "}");
+	text_buffer_puts(&payloads, "}");
+	text_buffer_puts(&errors, "}");
 	ids = id_array(results, n, false);
 	tokens = id_array(results, n, true);
 	params[0] = ids;

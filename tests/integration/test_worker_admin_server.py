@@ -28,7 +28,8 @@ def driver_binary(tmp_path_factory):
     binary = tmp_path_factory.mktemp("admin_server") / "admin_server_check"
     out = subprocess.run(
         ["cc", "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "tests/c/admin_server_check.c",
-         "src/workers/common/metrics.c", "src/workers/common/admin_server.c",
+         "src/workers/common/metrics.c", "src/workers/common/text_buffer.c",
+         "src/workers/common/admin_server.c",
          "src/workers/common/log.c", "-lmicrohttpd", "-lpthread", "-o", str(binary)],
         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, f"the driver does not compile:\n{out.stderr}"

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "text_buffer.h"
 
 typedef enum
 {
@@ -210,40 +211,6 @@ metric_set(metric *m, double value, const char *const *label_values)
 
 /* ---------------------------------------------------------------- rendering */
 
-typedef struct
-{
-	char *data;
-	size_t len;
-	size_t cap;
-} text_buffer;
-
-static void
-buffer_reserve(text_buffer *buf, size_t extra)
-{
-	if (buf->len + extra + 1 <= buf->cap)
-		return;
-	while (buf->len + extra + 1 > buf->cap)
-		buf->cap = buf->cap ? buf->cap * 2 : 4096;
-	buf->data = realloc(buf->data, buf->cap);
-	if (buf->data == NULL)
-		fatal("event=out_of_memory what=metrics_render bytes=%zu", buf->cap);
-}
-
-static void
-buffer_append(text_buffer *buf, const char *s, size_t len)
-{
-	buffer_reserve(buf, len);
-	memcpy(buf->data + buf->len, s, len);
-	buf->len += len;
-	buf->data[buf->len] = '\0';
-}
-
-static void
-buffer_puts(text_buffer *buf, const char *s)
-{
-	buffer_append(buf, s, strlen(s));
-}
-
 /*
  * The exposition format escapes backslash and newline in HELP text, and also the double
  * quote in label values; everything else, UTF-8 included, goes through as is.
@@ -254,13 +221,13 @@ buffer_put_escaped(text_buffer *buf, const char *s, bool escape_quote)
 	for (; *s; s++)
 	{
 		if (*s == '\\')
-			buffer_append(buf, "\\\\", 2);
+			text_buffer_append(buf, "\\\\", 2);
 		else if (*s == '\n')
-			buffer_append(buf, "\\n", 2);
+			text_buffer_append(buf, "\\n", 2);
 		else if (*s == '"' && escape_quote)
-			buffer_append(buf, "\\\"", 2);
+			text_buffer_append(buf, "\\\"", 2);
 		else
-			buffer_append(buf, s, 1);
+			text_buffer_append(buf, s, 1);
 	}
 }
 
@@ -270,14 +237,14 @@ buffer_put_value(text_buffer *buf, double value)
 	char number[32];
 
 	if (isnan(value))
-		buffer_puts(buf, "NaN");
+		text_buffer_puts(buf, "NaN");
 	else if (isinf(value))
-		buffer_puts(buf, value > 0 ? "+Inf" : "-Inf");
+		text_buffer_puts(buf, value > 0 ? "+Inf" : "-Inf");
 	else
 	{
 		/* %.17g round-trips every double and prints whole counts without a fraction. */
 		snprintf(number, sizeof(number), "%.17g", value);
-		buffer_puts(buf, number);
+		text_buffer_puts(buf, number);
 	}
 }
 
@@ -286,42 +253,42 @@ metrics_render(void)
 {
 	text_buffer buf = {NULL, 0, 0};
 
-	buffer_reserve(&buf, 0);
+	text_buffer_reserve(&buf, 0);
 	buf.data[0] = '\0';
 
 	pthread_mutex_lock(&registry_lock);
 	for (const metric *m = registry_head; m != NULL; m = m->next)
 	{
-		buffer_puts(&buf, "# HELP ");
-		buffer_puts(&buf, m->name);
-		buffer_puts(&buf, " ");
+		text_buffer_puts(&buf, "# HELP ");
+		text_buffer_puts(&buf, m->name);
+		text_buffer_puts(&buf, " ");
 		buffer_put_escaped(&buf, m->help, false);
-		buffer_puts(&buf, "\n# TYPE ");
-		buffer_puts(&buf, m->name);
-		buffer_puts(&buf, " ");
-		buffer_puts(&buf, kind_names[m->kind]);
-		buffer_puts(&buf, "\n");
+		text_buffer_puts(&buf, "\n# TYPE ");
+		text_buffer_puts(&buf, m->name);
+		text_buffer_puts(&buf, " ");
+		text_buffer_puts(&buf, kind_names[m->kind]);
+		text_buffer_puts(&buf, "\n");
 
 		for (const metric_series *s = m->series_head; s != NULL; s = s->next)
 		{
-			buffer_puts(&buf, m->name);
+			text_buffer_puts(&buf, m->name);
 			if (m->n_labels > 0)
 			{
-				buffer_puts(&buf, "{");
+				text_buffer_puts(&buf, "{");
 				for (int i = 0; i < m->n_labels; i++)
 				{
 					if (i > 0)
-						buffer_puts(&buf, ",");
-					buffer_puts(&buf, m->label_names[i]);
-					buffer_puts(&buf, "=\"");
+						text_buffer_puts(&buf, ",");
+					text_buffer_puts(&buf, m->label_names[i]);
+					text_buffer_puts(&buf, "=\"");
 					buffer_put_escaped(&buf, s->label_values[i], true);
-					buffer_puts(&buf, "\"");
+					text_buffer_puts(&buf, "\"");
 				}
-				buffer_puts(&buf, "}");
+				text_buffer_puts(&buf, "}");
 			}
-			buffer_puts(&buf, " ");
+			text_buffer_puts(&buf, " ");
 			buffer_put_value(&buf, s->value);
-			buffer_puts(&buf, "\n");
+			text_buffer_puts(&buf, "\n");
 		}
 	}
 	pthread_mutex_unlock(&registry_lock);
