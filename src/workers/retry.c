@@ -496,10 +496,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 
 	if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
 	{
-		log_info("event=assigned partitions=%d", parts->cnt);
-		rd_kafka_assign(rk, parts);
-		/* librdkafka may keep a partition paused from an earlier assignment; start clean. */
-		rd_kafka_resume_partitions(rk, parts);
+		kafka_take_assignment(rk, parts);
 		for (int i = 0; i < parts->cnt; i++)
 		{
 			lane *l = lane_get(st, parts->elems[i].topic, parts->elems[i].partition);

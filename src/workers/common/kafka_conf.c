@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "log.h"
+
 static bool
 set_one(rd_kafka_conf_t *conf, const char *name, const char *value, char *errbuf,
 		size_t errbuf_size)
@@ -52,4 +54,12 @@ kafka_conf_build(const kafka_default *defaults, int n_defaults, const char *boot
 fail:
 	rd_kafka_conf_destroy(conf);
 	return NULL;
+}
+
+void
+kafka_take_assignment(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts)
+{
+	log_info("event=assigned partitions=%d", parts->cnt);
+	rd_kafka_assign(rk, parts);
+	rd_kafka_resume_partitions(rk, parts);
 }

@@ -1,7 +1,8 @@
 /*
  * kafka_conf.h: librdkafka configuration for the workers: the worker's own defaults,
  * then bootstrap.servers from the control plane, then every -X property unchanged, so
- * an operator's -X always wins.
+ * an operator's -X always wins. Also the assignment step every consumer's rebalance
+ * callback shares.
  */
 #ifndef WAL_KAFKA_CONF_H
 #define WAL_KAFKA_CONF_H
@@ -22,5 +23,11 @@ typedef struct
 rd_kafka_conf_t *kafka_conf_build(const kafka_default *defaults, int n_defaults,
 								  const char *bootstrap_from_config, const worker_options *opts,
 								  char *errbuf, size_t errbuf_size);
+
+/*
+ * Takes the assigned partitions (logged) and resumes them: librdkafka may keep a partition
+ * paused from an earlier assignment, so every assignment starts unpaused.
+ */
+void kafka_take_assignment(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts);
 
 #endif
