@@ -41,20 +41,6 @@ struct handoff_producer
 	pending_write *to_resend;
 };
 
-char *
-kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
-{
-	rd_kafka_headers_t *hdrs = NULL;
-	const void *value;
-	size_t size;
-
-	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-		rd_kafka_header_get_last(hdrs, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-		value == NULL)
-		return NULL;
-	return strndup(value, size);
-}
-
 /* A header's last value in place (librdkafka NUL-terminates it); the length stops at an
  * embedded NUL, as strndup did. */
 static bool
@@ -69,6 +55,19 @@ header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size
 	*value = v;
 	*len = strnlen(v, size);
 	return true;
+}
+
+char *
+kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+	const char *value;
+	size_t len;
+
+	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		!header_view(hdrs, name, &value, &len))
+		return NULL;
+	return strndup(value, len);
 }
 
 /* Copies n bytes to *cursor as a C string and moves the cursor past it. */
