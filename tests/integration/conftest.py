@@ -100,6 +100,19 @@ class Destination:
 
 
 @pytest.fixture
+def clean_destinations():
+    """No destinations before and after the test: worker tests share one database, and a
+    leftover subscription would send another test's records to a stopped server."""
+    from consumer_helpers import reset_destinations  # they import this module
+    from relay_helpers import ensure_extension
+
+    ensure_extension()
+    reset_destinations()
+    yield
+    reset_destinations()
+
+
+@pytest.fixture
 def destination(tmp_path):
     d = Destination(tmp_path)
     yield d

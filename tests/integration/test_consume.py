@@ -13,20 +13,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import Destination, connect
-from consumer_helpers import (Worker, add_destination, reset_destinations,
-                              standard_webhooks_signature, wait_published)
-from relay_helpers import (duplicates, ensure_extension, make_topic, report, wait_all_stored,
-                           wait_until)
+from consumer_helpers import Worker, add_destination, standard_webhooks_signature, wait_published
+from relay_helpers import duplicates, make_topic, report, wait_all_stored, wait_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-@pytest.fixture(autouse=True)
-def clean():
-    ensure_extension()
-    reset_destinations()
-    yield
-    reset_destinations()
+pytestmark = pytest.mark.usefixtures("clean_destinations")
 
 
 @pytest.fixture

@@ -10,16 +10,13 @@ import pytest
 from confluent_kafka import Producer
 
 from conftest import Destination, connect
-from consumer_helpers import Worker, add_destination, reset_destinations, wait_published
-from relay_helpers import ensure_extension, make_topic, wait_all_stored, wait_until
+from consumer_helpers import Worker, add_destination, wait_published
+from relay_helpers import make_topic, wait_all_stored, wait_until
 
 
 @pytest.fixture(autouse=True)
-def clean():
-    ensure_extension()
-    reset_destinations()
+def clean(clean_destinations):
     yield
-    reset_destinations()
     with connect() as conn:
         conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = NULL")
 

@@ -14,18 +14,13 @@ import pytest
 from confluent_kafka import Producer
 
 from conftest import Destination, connect
-from consumer_helpers import add_destination, reset_destinations, wait_published
-from relay_helpers import ensure_extension, make_topic, report, wait_all_stored, wait_until
+from consumer_helpers import add_destination, wait_published
+from relay_helpers import make_topic, report, wait_all_stored, wait_until
 from retry_helpers import (TIME_SCALE, Fleet, attempt_of, by_key, dead_letters, destination_status,
                            wait_breaker)
 
 
-@pytest.fixture(autouse=True)
-def clean():
-    ensure_extension()
-    reset_destinations()
-    yield
-    reset_destinations()
+pytestmark = pytest.mark.usefixtures("clean_destinations")
 
 
 @pytest.fixture
