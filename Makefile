@@ -25,7 +25,7 @@ include $(PGXS)
 $(OBJS): $(wildcard src/ext/*.h)
 
 # ---------------------------------------------------------------- the workers
-WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/common/*.c)
+WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/*/*.c)
 WORKER_OBJS  = $(patsubst src/workers/%.c,build/workers/%.o,$(WORKER_SRCS))
 WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers \
 	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP
@@ -66,4 +66,4 @@ bench:
 	bench/run
 
 format:
-	clang-format -i $(wildcard src/ext/*.[ch] src/workers/*.[ch] src/workers/common/*.[ch])
+	clang-format -i $(wildcard src/ext/*.[ch] src/workers/*.[ch] src/workers/*/*.[ch])

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dedupe.h"
+#include "consume/dedupe.h"
 
 static int failures = 0;
 

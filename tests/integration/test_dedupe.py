@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_dedupe_set_scenarios(tmp_path):
     out = tmp_path / "dedupe_check"
     built = subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-Isrc/workers",
-                            "tests/c/dedupe_check.c", "src/workers/common/dedupe.c", "-o", str(out)],
+                            "tests/c/dedupe_check.c", "src/workers/consume/dedupe.c", "-o", str(out)],
                            cwd=ROOT, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     run = subprocess.run([str(out)], capture_output=True, text=True, timeout=60)

@@ -9,7 +9,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
-#include "retry_state.h"
+#include "retry/retry_state.h"
 
 static char *
 iso_time(char *buf, size_t size, int64_t ms)

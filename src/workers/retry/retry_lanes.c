@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "retry_state.h"
+#include "retry/retry_state.h"
 
 lane *
 lane_find(retry_state *st, const char *topic, int32_t partition)

@@ -25,7 +25,7 @@
 #include "common/admin_server.h"
 #include "common/clock.h"
 #include "common/config_watch.h"
-#include "common/dedupe.h"
+#include "consume/dedupe.h"
 #include "common/delivery_request.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"

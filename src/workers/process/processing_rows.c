@@ -3,7 +3,7 @@
  * extension's functions (see processing_rows.h). Arrays go to the database as text
  * array literals, payloads inside them as hex bytea, so one call carries a whole batch.
  */
-#include "processing_rows.h"
+#include "process/processing_rows.h"
 
 #include <inttypes.h>
 #include <stdio.h>

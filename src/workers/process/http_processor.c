@@ -3,7 +3,7 @@
  * at once, and collects each answer (see http_processor.h).
  */
 #define _GNU_SOURCE /* asprintf */
-#include "http_processor.h"
+#include "process/http_processor.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -27,8 +27,8 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/stop_signal.h"
-#include "http_processor.h"
-#include "processing_rows.h"
+#include "process/http_processor.h"
+#include "process/processing_rows.h"
 #include "roles.h"
 
 #define MAX_CLAIM_ROWS  100

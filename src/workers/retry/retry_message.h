@@ -16,8 +16,8 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "control_plane.h"
-#include "handoff.h"
+#include "common/control_plane.h"
+#include "common/handoff.h"
 
 typedef struct retry_message
 {

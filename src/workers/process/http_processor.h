@@ -7,7 +7,7 @@
 #ifndef WAL_HTTP_PROCESSOR_H
 #define WAL_HTTP_PROCESSOR_H
 
-#include "processing_rows.h"
+#include "process/processing_rows.h"
 
 /* Called with the attempts that completed since the last call (payload or error set). */
 typedef void (*attempts_done_fn)(void *arg, attempt_result *const *done, int n);

@@ -7,7 +7,7 @@
  * entry whether the set is empty or full, so a worker's footprint does not grow with the
  * backlog it drains.
  */
-#include "dedupe.h"
+#include "consume/dedupe.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -43,11 +43,11 @@
 #include "common/metrics.h"
 #include "common/stop_signal.h"
 #include "common/offset_tracker.h"
-#include "common/partition_backlog.h"
+#include "retry/partition_backlog.h"
 #include "common/pause_state.h"
-#include "common/retry_message.h"
+#include "retry/retry_message.h"
 #include "common/webhook.h"
-#include "retry_state.h"
+#include "retry/retry_state.h"
 #include "roles.h"
 
 #define LANE_BUFFER          500 /* messages kept per partition before its fetch pauses */

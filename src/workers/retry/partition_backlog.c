@@ -1,7 +1,7 @@
 /*
  * partition_backlog.c: see partition_backlog.h.
  */
-#include "partition_backlog.h"
+#include "retry/partition_backlog.h"
 
 #include <pthread.h>
 #include <stdlib.h>

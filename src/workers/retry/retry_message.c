@@ -1,14 +1,14 @@
 /*
  * retry_message.c: see retry_message.h.
  */
-#include "retry_message.h"
+#include "retry/retry_message.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "common/log.h"
 
 /* Retry-After may push a message back by at most this much (before the time scale). */
 #define MAX_NOT_BEFORE_MS (60L * 60 * 1000)

@@ -17,9 +17,9 @@
 #include "common/http_delivery.h"
 #include "common/metrics.h"
 #include "common/offset_tracker.h"
-#include "common/partition_backlog.h"
+#include "retry/partition_backlog.h"
 #include "common/pause_state.h"
-#include "common/retry_message.h"
+#include "retry/retry_message.h"
 
 struct lane;
 
