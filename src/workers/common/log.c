@@ -1,12 +1,22 @@
 /*
  * log.c: structured, line-at-a-time logging to stderr (see log.h).
+ *
+ * Values often come from outside (idempotency keys, HTTP answers, libpq's multi-line
+ * errors), so every %s argument is escaped as it is formatted: a value can never end
+ * the line or the quotes it stands in, and one event is always one line.
  */
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#define LOG_LINE_MAX 4096
 
 static const char *log_role = "wal-worker";
 static log_level log_min_level = LOG_INFO;
@@ -25,20 +35,230 @@ log_set_min_level(log_level level)
 	log_min_level = level;
 }
 
+/* A bounded string being built; writes past the end are dropped, the text stays whole. */
+typedef struct
+{
+	char *buf;
+	size_t size;
+	size_t len;
+} line_buffer;
+
+static void
+put_char(line_buffer *out, char c)
+{
+	if (out->len + 1 < out->size)
+		out->buf[out->len++] = c;
+}
+
+static void
+put_text(line_buffer *out, const char *text, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		put_char(out, text[i]);
+}
+
+/* A bare value must be quoted when it is empty or holds what separates logfmt fields. */
+static bool
+needs_quotes(const char *value, size_t n)
+{
+	if (n == 0)
+		return true;
+	for (size_t i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) value[i];
+
+		if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f)
+			return true;
+	}
+	return false;
+}
+
+/* Appends value with ", \ and control characters escaped. */
+static void
+put_escaped(line_buffer *out, const char *value, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) value[i];
+
+		if (c == '"' || c == '\\')
+		{
+			put_char(out, '\\');
+			put_char(out, (char) c);
+		}
+		else if (c == '\n')
+			put_text(out, "\\n", 2);
+		else if (c == '\r')
+			put_text(out, "\\r", 2);
+		else if (c == '\t')
+			put_text(out, "\\t", 2);
+		else if (c < 0x20 || c == 0x7f)
+		{
+			put_text(out, "\\x", 2);
+			put_char(out, hex[c >> 4]);
+			put_char(out, hex[c & 0xf]);
+		}
+		else
+			put_char(out, (char) c);
+	}
+}
+
+/*
+ * A %s value: inside quotes written by the format it is only escaped; standing bare
+ * (key=%s) it is quoted too when it would otherwise split into other fields.
+ */
+static void
+put_string_value(line_buffer *out, const char *value, size_t n, bool quoted_by_format)
+{
+	if (value == NULL)
+	{
+		value = "(null)";
+		n = 6;
+	}
+	if (quoted_by_format || !needs_quotes(value, n))
+	{
+		put_escaped(out, value, n);
+		return;
+	}
+	put_char(out, '"');
+	put_escaped(out, value, n);
+	put_char(out, '"');
+}
+
+/* Formats one non-string conversion (spec is e.g. "%-5ld") with its argument from ap. */
+static void
+put_number(line_buffer *out, const char *spec, char conversion, const char *length, int star_count,
+		   va_list *ap)
+{
+	char piece[128];
+	int stars[2] = {0, 0};
+
+	for (int i = 0; i < star_count; i++)
+		stars[i] = va_arg(*ap, int);
+
+#define FORMAT_ARG(type)                                                                           \
+	do                                                                                             \
+	{                                                                                              \
+		type v = va_arg(*ap, type);                                                                \
+		if (star_count == 2)                                                                       \
+			snprintf(piece, sizeof(piece), spec, stars[0], stars[1], v);                           \
+		else if (star_count == 1)                                                                  \
+			snprintf(piece, sizeof(piece), spec, stars[0], v);                                     \
+		else                                                                                       \
+			snprintf(piece, sizeof(piece), spec, v);                                               \
+	} while (0)
+
+	/* Signed and unsigned of one width travel alike through varargs; the spec decides. */
+	if (strchr("diouxXc", conversion) != NULL)
+	{
+		if (strcmp(length, "ll") == 0)
+			FORMAT_ARG(long long);
+		else if (strcmp(length, "l") == 0)
+			FORMAT_ARG(long);
+		else if (strcmp(length, "z") == 0 || strcmp(length, "t") == 0)
+			FORMAT_ARG(size_t);
+		else if (strcmp(length, "j") == 0)
+			FORMAT_ARG(intmax_t);
+		else
+			FORMAT_ARG(int);
+	}
+	else if (conversion == 'p')
+		FORMAT_ARG(void *);
+	else if (strcmp(length, "L") == 0)
+		FORMAT_ARG(long double);
+	else
+		FORMAT_ARG(double);
+#undef FORMAT_ARG
+	put_text(out, piece, strlen(piece));
+}
+
+/* vsnprintf, except that every %s argument goes through put_string_value. */
+static void
+format_event(line_buffer *out, const char *fmt, va_list ap_in)
+{
+	va_list ap;
+
+	va_copy(ap, ap_in);
+	for (const char *p = fmt; *p != '\0'; p++)
+	{
+		const char *start = p;
+		char spec[32];
+		char length[3] = "";
+		int star_count = 0;
+		bool has_precision = false;
+		int precision = -1;
+
+		if (*p != '%')
+		{
+			put_char(out, *p);
+			continue;
+		}
+		p++;
+		if (*p == '%')
+		{
+			put_char(out, '%');
+			continue;
+		}
+		while (*p != '\0' && strchr("-+ #0", *p) != NULL)
+			p++;
+		if (*p == '*')
+			star_count++, p++;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (*p == '.')
+		{
+			has_precision = true;
+			p++;
+			if (*p == '*')
+				star_count++, p++;
+			while (*p >= '0' && *p <= '9')
+				p++;
+		}
+		for (size_t n = 0; *p != '\0' && strchr("hljztL", *p) != NULL; p++)
+			if (n < 2)
+				length[n++] = *p;
+		if (*p == '\0')
+			break;
+		if (*p == 's')
+		{
+			/* Only "%s" and "%.*s" are used with strings. */
+			if (has_precision && star_count == 1)
+				precision = va_arg(ap, int);
+			const char *value = va_arg(ap, const char *);
+			size_t n = value == NULL ? 0 : strlen(value);
+
+			if (precision >= 0 && (size_t) precision < n)
+				n = (size_t) precision;
+			put_string_value(out, value, n, start > fmt && start[-1] == '"');
+			continue;
+		}
+		if ((size_t) (p - start + 1) >= sizeof(spec))
+			break;
+		memcpy(spec, start, (size_t) (p - start + 1));
+		spec[p - start + 1] = '\0';
+		put_number(out, spec, *p, length, star_count, &ap);
+	}
+	va_end(ap);
+	out->buf[out->len] = '\0';
+}
+
 static void
 log_vwrite(log_level level, const char *file, int line, const char *fmt, va_list ap)
 {
 	struct timespec now;
 	struct tm tm;
 	char stamp[32];
+	char message[LOG_LINE_MAX];
+	line_buffer out = {message, sizeof(message), 0};
 
 	clock_gettime(CLOCK_REALTIME, &now);
 	gmtime_r(&now.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+	format_event(&out, fmt, ap);
 
 	/* One fprintf per line keeps lines whole when threads log at once. */
-	char message[4096];
-	vsnprintf(message, sizeof(message), fmt, ap);
 	if (level >= LOG_WARN)
 		fprintf(stderr, "%s.%03ldZ level=%s role=%s at=%s:%d %s\n", stamp, now.tv_nsec / 1000000,
 				level_names[level], log_role, file, line, message);

@@ -1,0 +1,33 @@
+/*
+ * log_check.c: writes events whose values are hostile (line breaks, quotes, a forged
+ * "level=error event=forged" field, control bytes) through the workers' logger, plus
+ * numbers of every width the workers log; test_log.py reads stderr back.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "common/log.h"
+
+int
+main(void)
+{
+	const char *forged = "k\nlevel=error event=forged";
+	const char *quote = "a\" event=forged b=\"";
+	const char *volatile missing = NULL; /* volatile: keeps -Wformat-overflow quiet */
+	const char *libpq_error = "FATAL:  database \"x\" does not exist\nDETAIL: second line\r\n";
+
+	log_set_role("check");
+	log_info("event=hostile_key key=%s", forged);
+	log_info("event=hostile_quoted key=\"%s\"", quote);
+	log_warn("event=libpq_error error=\"%s\"", libpq_error);
+	log_info("event=bare_with_space value=%s", "two words");
+	log_info("event=control_bytes value=%s", "a\x01\x1b[31mred\x7f");
+	log_info("event=empty value=%s", "");
+	log_info("event=null value=%s", missing);
+	log_info("event=precision value=%.*s", 3, "abcdef");
+	log_info("event=numbers i=%d l=%ld z=%zu i64=%" PRId64 " g=%g f=%.0f pct=100%%", -7,
+			 12345678901L, (size_t) 42, INT64_C(-9000000000), 0.5, 2.6);
+	log_info("event=plain value=%s", "simple");
+	return 0;
+}
