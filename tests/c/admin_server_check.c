@@ -6,7 +6,9 @@
  *   admin_server_check PORT READY_FILE [INCREMENTS_PER_THREAD]
  *
  * Registers a few metrics whose labels and help need escaping, serves them on
- * 127.0.0.1:PORT (0: any free port) and prints "listening on 127.0.0.1:PORT". /readyz is
+ * ADMIN_CHECK_ADDRESS (environment; default 127.0.0.1) at PORT (0: any free port) and
+ * prints "listening on ADDRESS:PORT". /config needs the token in ADMIN_CHECK_TOKEN
+ * (environment; unset: /config is not served). /readyz is
  * ready, and /config has its JSON, while READY_FILE exists. Each SIGUSR1 starts 8 threads
  * that each add 1 to a shared and a per-thread counter INCREMENTS_PER_THREAD times, then
  * prints "increments done TOTAL". SIGTERM or SIGINT stops the server and exits 0; a server
@@ -159,6 +161,7 @@ main(int argc, char **argv)
 {
 	check_state state;
 	admin_handlers handlers;
+	admin_listen listen;
 	admin_server *server;
 	long increments_per_thread;
 	char errbuf[256];
@@ -185,13 +188,17 @@ main(int argc, char **argv)
 	handlers.is_ready = ready_while_file_exists;
 	handlers.config_json = config_once_ready;
 	handlers.arg = &state;
-	server = admin_server_start(atoi(argv[1]), &handlers, errbuf, sizeof(errbuf));
+	listen.address = getenv("ADMIN_CHECK_ADDRESS");
+	listen.port = atoi(argv[1]);
+	listen.config_token = getenv("ADMIN_CHECK_TOKEN");
+	server = admin_server_start(&listen, &handlers, errbuf, sizeof(errbuf));
 	if (server == NULL)
 	{
 		fprintf(stderr, "admin_server_check: %s\n", errbuf);
 		return 1;
 	}
-	printf("listening on 127.0.0.1:%d\n", admin_server_port(server));
+	printf("listening on %s:%d\n", listen.address ? listen.address : "127.0.0.1",
+		   admin_server_port(server));
 	fflush(stdout);
 
 	for (;;)

@@ -17,6 +17,9 @@ from relay_helpers import wait_until
 WORKER = str(Path(__file__).resolve().parents[2] / "bin" / "wal-worker")
 
 
+PEER_TOKEN = "test-peer-token-7f3a"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,15 +40,18 @@ class Worker:
         if conninfo:
             cmd += ["--db", conninfo]
         self.log = open(self.log_path, "w")
+        # Every worker of a test shares the peer token, as a fleet does.
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, "WAL_PEER_TOKEN": PEER_TOKEN, **(env or {})})
 
     def url(self, path):
         return f"http://127.0.0.1:{self.admin_port}{path}"
 
-    def get(self, path):
+    def get(self, path, token=PEER_TOKEN):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            with urllib.request.urlopen(self.url(path), timeout=5) as r:
+            with urllib.request.urlopen(urllib.request.Request(self.url(path), headers=headers),
+                                        timeout=5) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

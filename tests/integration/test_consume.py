@@ -87,6 +87,9 @@ def test_every_record_reaches_every_subscribed_destination_signed(tmp_path, work
         assert w.metric("wal_consumer_lag", topic=topic, partition="0") == 0
         status, cfg = w.get("/config")
         assert status == 200 and SECRET not in cfg and "redacted" in cfg
+        # Destination credentials travel in /config: never without the peer token.
+        assert w.get("/config", token=None)[0] == 401
+        assert w.get("/config", token="not-the-token")[0] == 401
         assert w.stop() == 0
         assert "event=stopped" in w.output()
     finally:
@@ -311,6 +314,12 @@ def test_a_worker_started_while_the_database_is_down_uses_a_peer(tmp_path, worke
     assert lonely.proc.poll() is None, "a worker without config must wait, not exit"
     assert "event=no_config" in lonely.output()
     assert lonely.stop() == 0
+    # A worker that does not hold the fleet's token gets nothing from the peer.
+    outsider = workers("--peer", peer.url(""), conninfo="host=127.0.0.1 port=1 connect_timeout=1",
+                       env={"WAL_PEER_TOKEN": "a-guess"})
+    wait_until(lambda: "answered HTTP 401" in outsider.output(), 30, what="the peer's 401")
+    assert "event=config_from_peer" not in outsider.output()
+    assert outsider.stop() == 0
     helped = workers("--peer", peer.url(""), conninfo="host=127.0.0.1 port=1 connect_timeout=1")
     wait_until(lambda: "event=config_from_peer" in helped.output(), 30, what="config from the peer")
     helped.wait_ready()

@@ -2,10 +2,13 @@
 metrics.c), through the test driver tests/c/admin_server_check.c over real HTTP on
 127.0.0.1: the /metrics text is valid Prometheus exposition with exact escaping, /healthz,
 /readyz and /config answer as the worker's callbacks say, other paths and methods are
-refused, a taken port is reported clearly, and concurrent increments and scrapes lose
-nothing."""
+refused, /config needs the peer token, the listen address is the one asked for, idle
+connections do not lock out health checks, a taken port is reported clearly, and
+concurrent increments and scrapes lose nothing."""
 import json
+import os
 import re
+import socket
 import signal
 import subprocess
 import threading
@@ -18,6 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INCREMENT_THREADS = 8  # as in the driver
+TOKEN = "peer-token-0123456789"
+WITH_TOKEN = {"Authorization": f"Bearer {TOKEN}"}
 
 # Never through an http_proxy from the environment: the server is on loopback.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -39,19 +44,26 @@ def driver_binary(tmp_path_factory):
 class Driver:
     """A running admin_server_check."""
 
-    def __init__(self, binary, ready_file, port=0, increments_per_thread=1000):
+    def __init__(self, binary, ready_file, port=0, increments_per_thread=1000,
+                 address=None, token=TOKEN):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADMIN_CHECK_")}
+        if address:
+            env["ADMIN_CHECK_ADDRESS"] = address
+        if token:
+            env["ADMIN_CHECK_TOKEN"] = token
         self.proc = subprocess.Popen(
             [str(binary), str(port), str(ready_file), str(increments_per_thread)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
-        if not line.startswith("listening on 127.0.0.1:"):
+        host = address or "127.0.0.1"
+        if not line.startswith(f"listening on {host}:"):
             self.proc.kill()
             raise RuntimeError(f"driver did not start: {line!r} {self.proc.stderr.read()!r}")
         self.port = int(line.rsplit(":", 1)[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
-    def get(self, path, method="GET", data=None):
-        return http(self.url + path, method, data)
+    def get(self, path, method="GET", data=None, headers=None):
+        return http(self.url + path, method, data, headers)
 
     def stop(self):
         """SIGTERM; returns the exit code."""
@@ -78,9 +90,9 @@ def start_driver(driver_binary, tmp_path):
         d.stop()
 
 
-def http(url, method="GET", data=None):
+def http(url, method="GET", data=None, headers=None):
     """(status, headers, body) also for 4xx/5xx answers."""
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
         with OPENER.open(req, timeout=10) as resp:
             return resp.status, resp.headers, resp.read()
@@ -220,13 +232,13 @@ def test_healthz_readyz_and_config_follow_the_callbacks(start_driver, tmp_path):
 
     status, _, body = d.get("/readyz")
     assert (status, body) == (503, b"not ready\n")
-    status, _, _ = d.get("/config")
+    status, _, _ = d.get("/config", headers=WITH_TOKEN)
     assert status == 503
 
     ready_file.touch()
     status, _, body = d.get("/readyz")
     assert (status, body) == (200, b"ready\n")
-    status, headers, body = d.get("/config")
+    status, headers, body = d.get("/config", headers=WITH_TOKEN)
     assert status == 200
     assert headers["Content-Type"] == "application/json"
     assert json.loads(body) == {"role": "admin-check", "time_scale": 10,
@@ -265,7 +277,7 @@ def test_head_is_get_without_a_body(start_driver):
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
 
 
-def test_listens_on_loopback_only(start_driver):
+def test_listens_on_loopback_by_default(start_driver):
     d = start_driver()
     listening = []
     for table in ["/proc/net/tcp", "/proc/net/tcp6"]:
@@ -347,3 +359,59 @@ def test_concurrent_increments_and_scrapes_lose_nothing(start_driver):
         assert families["admin_check_last_increment"]["samples"][(("thread", str(i)),)] == \
             increments_per_thread
     assert d.stop() == 0
+
+
+def test_config_needs_the_peer_token(start_driver, tmp_path):
+    (tmp_path / "ready").touch()
+    d = start_driver()
+    for headers in ({}, {"Authorization": "Bearer wrong-token-0123456"},
+                    {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": f"Bearer {TOKEN[:-1]}"},
+                    {"Authorization": TOKEN}, {"Authorization": "Bearer "}):
+        status, _, body = d.get("/config", headers=headers)
+        assert status == 401, headers
+        assert b"admin-check" not in body
+    status, _, body = d.get("/config", headers=WITH_TOKEN)
+    assert status == 200 and json.loads(body)["role"] == "admin-check"
+    # The rest of the admin port needs no token: probes and scrapers do not carry one.
+    assert d.get("/healthz")[0] == 200 and d.get("/metrics")[0] == 200
+
+
+def test_config_is_not_served_without_a_configured_token(start_driver, tmp_path):
+    (tmp_path / "ready").touch()
+    d = start_driver(token=None)
+    for headers in ({}, {"Authorization": "Bearer "}, WITH_TOKEN):
+        status, _, body = d.get("/config", headers=headers)
+        assert status == 403, headers
+        assert b"WAL_PEER_TOKEN" in body and b"admin-check" not in body
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "::1"])
+def test_listens_on_the_address_asked_for(start_driver, address):
+    d = start_driver(address=address)
+    assert d.get("/healthz")[0] == 200
+    # Not on the default loopback address (for ::1, 127.0.0.1 is another family).
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", d.port), timeout=2).close()
+
+
+def test_a_name_instead_of_an_address_is_refused(driver_binary, tmp_path):
+    env = dict(os.environ, ADMIN_CHECK_ADDRESS="localhost")
+    proc = subprocess.run([str(driver_binary), "0", str(tmp_path / "ready")], env=env,
+                          capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 1
+    assert "cannot listen on localhost:0: not a numeric IP address" in proc.stderr
+
+
+def test_idle_connections_do_not_lock_out_health_checks(start_driver):
+    d = start_driver()
+    idle = [socket.create_connection(("127.0.0.1", d.port), timeout=5) for _ in range(300)]
+    try:
+        # Half of them begin a request and never finish it.
+        for s in idle[::2]:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        assert d.get("/healthz")[0] == 200
+        assert time.monotonic() - started < 1.0
+    finally:
+        for s in idle:
+            s.close()

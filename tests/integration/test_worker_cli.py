@@ -1,5 +1,8 @@
 """wal-worker's command line: help for every role, clear errors for bad options."""
+import re
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,3 +40,31 @@ def test_bad_options_are_refused_with_a_clear_message(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert message in out.stderr
+
+
+def test_admin_port_zero_takes_a_free_port_and_logs_it_and_argv_stays_readable(kafka_bootstrap):
+    proc = subprocess.Popen([WORKER, "dlq", "--admin-port", "0", "--admin-listen", "127.0.0.1",
+                             "-X", f"bootstrap.servers={kafka_bootstrap}", "-X", "client.id=cli-check"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        port = None
+        deadline = time.monotonic() + 30
+        while port is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            m = re.search(r"event=admin_server_started address=127\.0\.0\.1 port=(\d+)", line)
+            port = int(m.group(1)) if m else None
+        assert port, "no event=admin_server_started line"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            assert r.status == 200
+        # ps shows the command line as typed, -X NAME=VALUE included.
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"client.id=cli-check" in argv
+        assert f"bootstrap.servers={kafka_bootstrap}".encode() in argv
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_admin_listen_must_be_an_address():
+    out = run("dlq", "--admin-listen", "")
+    assert out.returncode == 2 and "--admin-listen needs a numeric IP address" in out.stderr

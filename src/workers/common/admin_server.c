@@ -2,27 +2,36 @@
  * admin_server.c: the admin HTTP server (see admin_server.h) on libmicrohttpd.
  *
  * We open the listening socket ourselves and hand it to libmicrohttpd: that way it is
- * bound to 127.0.0.1 only, and a port already in use is reported with the errno of the
- * bind, which libmicrohttpd's own start-up would reduce to a NULL daemon.
+ * bound to exactly the address asked for (127.0.0.1 by default), and a port already in
+ * use is reported with the errno of the bind, which libmicrohttpd's own start-up would
+ * reduce to a NULL daemon.
  */
 #include "admin_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "metrics.h"
 
-#define ADMIN_CONNECTION_LIMIT     64
-#define ADMIN_CONNECTION_TIMEOUT_S 10
+/*
+ * Idle connections must not lock out health checks: a load balancer marks a worker dead
+ * when /healthz does not answer. So the limit is high (one polling thread serves them
+ * all through epoll) and a connection that says nothing is dropped after a few seconds.
+ */
+#define ADMIN_CONNECTION_LIMIT     1000
+#define ADMIN_CONNECTION_TIMEOUT_S 3
+#define ADMIN_WANTED_FILES         (ADMIN_CONNECTION_LIMIT + 1024)
 
 #define CONTENT_TYPE_TEXT    "text/plain; charset=utf-8"
 #define CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
@@ -32,7 +41,9 @@ struct admin_server
 {
 	struct MHD_Daemon *daemon;
 	admin_handlers handlers;
+	char address[INET6_ADDRSTRLEN];
 	int port;
+	char *config_token; /* NULL: /config is not served */
 };
 
 static void set_error(char *errbuf, size_t errbuf_size, const char *fmt, ...)
@@ -106,11 +117,45 @@ serve_readyz(const admin_server *server, struct MHD_Connection *connection)
 						 false);
 }
 
+/* Compares in time that depends only on the lengths, so a guess learns nothing. */
+static bool
+token_matches(const char *expected, const char *given)
+{
+	size_t expected_len = strlen(expected);
+	size_t given_len = strlen(given);
+	unsigned char diff = expected_len != given_len;
+
+	for (size_t i = 0; i < expected_len; i++)
+		diff |= (unsigned char) (expected[i] ^ (given_len ? given[i % given_len] : 0));
+	return diff == 0;
+}
+
+static bool
+has_config_token(const admin_server *server, struct MHD_Connection *connection)
+{
+	static const char bearer[] = "Bearer ";
+	const char *auth =
+		MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+
+	if (auth == NULL || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
+		return false;
+	return token_matches(server->config_token, auth + sizeof(bearer) - 1);
+}
+
 static enum MHD_Result
 serve_config(const admin_server *server, struct MHD_Connection *connection)
 {
 	char *json = NULL;
 
+	/* The document carries destination credentials: never to a caller without the token. */
+	if (server->config_token == NULL)
+		return send_response(connection, MHD_HTTP_FORBIDDEN, CONTENT_TYPE_TEXT,
+							 "/config is not served: no peer token is configured (set "
+							 "WAL_PEER_TOKEN on every worker)\n",
+							 false);
+	if (!has_config_token(server, connection))
+		return send_response(connection, MHD_HTTP_UNAUTHORIZED, CONTENT_TYPE_TEXT,
+							 "/config needs \"Authorization: Bearer <WAL_PEER_TOKEN>\"\n", false);
 	if (server->handlers.config_json != NULL)
 		json = server->handlers.config_json(server->handlers.arg);
 	if (json == NULL)
@@ -162,50 +207,96 @@ handle_admin_request(void *arg, struct MHD_Connection *connection, const char *u
 	return send_response(connection, MHD_HTTP_NOT_FOUND, CONTENT_TYPE_TEXT, "not found\n", false);
 }
 
-/* Returns the listening socket, or -1 with errno set by the call that failed. */
+/*
+ * Returns the listening socket on address:port (a numeric address), or -1 with errno set
+ * by the call that failed (EINVAL for an address that is not numeric).
+ */
 static int
-listen_on_loopback(int port, int *bound_port)
+listen_on(const char *address, int port, int *bound_port)
 {
-	struct sockaddr_in addr;
-	socklen_t addr_len = sizeof(addr);
+	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+							 .ai_family = AF_UNSPEC,
+							 .ai_socktype = SOCK_STREAM};
+	struct addrinfo *found = NULL;
+	struct sockaddr_storage bound;
+	socklen_t bound_len = sizeof(bound);
+	char service[16];
 	int one = 1;
 	int fd;
 	int saved_errno;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	snprintf(service, sizeof(service), "%d", port);
+	if (getaddrinfo(address, service, &hints, &found) != 0 || found == NULL)
+	{
+		errno = EINVAL;
 		return -1;
+	}
+	fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+	{
+		freeaddrinfo(found);
+		return -1;
+	}
 	/*
 	 * Lets a restarted worker take its port back while old connections sit in TIME_WAIT;
 	 * on Linux it never lets two listeners share the port.
 	 */
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-
-	memset(&addr, 0, sizeof(addr));
-	addr.sin_family = AF_INET;
-	addr.sin_port = htons((uint16_t) port);
-	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *) &addr, sizeof(addr)) != 0 || listen(fd, 64) != 0 ||
-		getsockname(fd, (struct sockaddr *) &addr, &addr_len) != 0)
+	/* "::" means IPv6 only; listen on 0.0.0.0 too with a second worker option if needed. */
+	if (found->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 128) != 0 ||
+		getsockname(fd, (struct sockaddr *) &bound, &bound_len) != 0)
 	{
 		saved_errno = errno;
 		close(fd);
+		freeaddrinfo(found);
 		errno = saved_errno;
 		return -1;
 	}
-	*bound_port = ntohs(addr.sin_port);
+	freeaddrinfo(found);
+	*bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &bound)->sin6_port
+													: ((struct sockaddr_in *) &bound)->sin_port);
 	return fd;
 }
 
-admin_server *
-admin_server_start(int port, const admin_handlers *handlers, char *errbuf, size_t errbuf_size)
+/* Enough descriptors for the connection limit beside the worker's own (Kafka, libpq). */
+static void
+raise_file_limit(void)
 {
+	struct rlimit limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= ADMIN_WANTED_FILES)
+		return;
+	limit.rlim_cur = limit.rlim_max < ADMIN_WANTED_FILES ? limit.rlim_max : ADMIN_WANTED_FILES;
+	setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+static void
+free_server(admin_server *server)
+{
+	free(server->config_token);
+	free(server);
+}
+
+admin_server *
+admin_server_start(const admin_listen *listen, const admin_handlers *handlers, char *errbuf,
+				   size_t errbuf_size)
+{
+	const char *address =
+		listen->address != NULL && listen->address[0] != '\0' ? listen->address : "127.0.0.1";
 	admin_server *server;
 	int listen_fd;
 
-	if (port < 0 || port > 65535)
+	if (listen->port < 0 || listen->port > 65535)
 	{
-		set_error(errbuf, errbuf_size, "cannot listen on 127.0.0.1:%d: not a port number", port);
+		set_error(errbuf, errbuf_size, "cannot listen on %s:%d: not a port number", address,
+				  listen->port);
+		return NULL;
+	}
+	if (strlen(address) >= INET6_ADDRSTRLEN)
+	{
+		set_error(errbuf, errbuf_size, "cannot listen on %s: not a numeric IP address", address);
 		return NULL;
 	}
 
@@ -217,14 +308,24 @@ admin_server_start(int port, const admin_handlers *handlers, char *errbuf, size_
 	}
 	if (handlers != NULL)
 		server->handlers = *handlers;
-
-	listen_fd = listen_on_loopback(port, &server->port);
-	if (listen_fd < 0)
+	strcpy(server->address, address);
+	if (listen->config_token != NULL && listen->config_token[0] != '\0' &&
+		(server->config_token = strdup(listen->config_token)) == NULL)
 	{
-		set_error(errbuf, errbuf_size, "cannot listen on 127.0.0.1:%d: %s", port, strerror(errno));
-		free(server);
+		set_error(errbuf, errbuf_size, "cannot start the admin server: out of memory");
+		free_server(server);
 		return NULL;
 	}
+
+	listen_fd = listen_on(address, listen->port, &server->port);
+	if (listen_fd < 0)
+	{
+		set_error(errbuf, errbuf_size, "cannot listen on %s:%d: %s", address, listen->port,
+				  errno == EINVAL ? "not a numeric IP address" : strerror(errno));
+		free_server(server);
+		return NULL;
+	}
+	raise_file_limit();
 
 	/*
 	 * One internal thread polls every connection, so the handlers are never called
@@ -243,10 +344,9 @@ admin_server_start(int port, const admin_handlers *handlers, char *errbuf, size_
 		 * file. This path ends the worker anyway.
 		 */
 		set_error(errbuf, errbuf_size,
-				  "cannot start the admin server on 127.0.0.1:%d (libmicrohttpd refused; see "
-				  "the log)",
-				  server->port);
-		free(server);
+				  "cannot start the admin server on %s:%d (libmicrohttpd refused; see the log)",
+				  address, server->port);
+		free_server(server);
 		return NULL;
 	}
 	return server;
@@ -265,5 +365,5 @@ admin_server_stop(admin_server *server)
 		return;
 	/* Joins the server thread and closes the listening socket. */
 	MHD_stop_daemon(server->daemon);
-	free(server);
+	free_server(server);
 }

@@ -1,10 +1,14 @@
 /*
- * admin_server.h: the worker's admin HTTP server (--admin-port), on 127.0.0.1 only.
+ * admin_server.h: the worker's admin HTTP server (--admin-port, --admin-listen; loopback
+ * unless told otherwise).
  *
  *   GET /metrics  200, metrics_render() as text/plain; version=0.0.4
  *   GET /healthz  200 "ok" while the process runs (liveness)
  *   GET /readyz   200 "ready" or 503 "not ready", as is_ready says (readiness)
- *   GET /config   200 application/json from config_json, or 503 when it returns NULL
+ *   GET /config   the cached config for peers, which carries destination credentials, so:
+ *                 403 when no token is configured (never served), 401 without
+ *                 "Authorization: Bearer <token>", else 200 application/json from
+ *                 config_json, or 503 when it returns NULL
  *   other paths   404; methods other than GET (and HEAD) 405 with "Allow: GET, HEAD"
  *
  * The server runs on its own thread (libmicrohttpd's internal polling thread) and serves
@@ -29,15 +33,25 @@ typedef struct
 	void *arg;
 } admin_handlers;
 
+typedef struct
+{
+	/* A numeric IPv4 or IPv6 address; NULL or "": 127.0.0.1. */
+	const char *address;
+	/* 0: a free port, see admin_server_port. */
+	int port;
+	/* The bearer token /config requires; NULL or "": /config is not served. */
+	const char *config_token;
+} admin_listen;
+
 typedef struct admin_server admin_server;
 
 /*
- * Listens on 127.0.0.1:port (0: a free port, see admin_server_port) and serves until
- * admin_server_stop. handlers is copied. On failure returns NULL with a message in
- * errbuf, e.g. "cannot listen on 127.0.0.1:9187: Address already in use".
+ * Listens on listen->address:port and serves until admin_server_stop. Both structs are
+ * copied (strings too). On failure returns NULL with a message in errbuf, e.g. "cannot
+ * listen on 127.0.0.1:9187: Address already in use".
  */
-admin_server *admin_server_start(int port, const admin_handlers *handlers, char *errbuf,
-								 size_t errbuf_size);
+admin_server *admin_server_start(const admin_listen *listen, const admin_handlers *handlers,
+								 char *errbuf, size_t errbuf_size);
 
 /* The port actually listened on. */
 int admin_server_port(const admin_server *server);

@@ -182,10 +182,14 @@ config_load_from_db(PGconn *conn, char *errbuf, size_t errbuf_size)
 	return config;
 }
 
+/* A peer's document is a few KB per destination; more is a broken or hostile peer. */
+#define PEER_CONFIG_MAX_BYTES (16 * 1024 * 1024)
+
 typedef struct
 {
 	char *data;
 	size_t len;
+	bool too_large;
 } response_buffer;
 
 static size_t
@@ -193,8 +197,14 @@ collect_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	response_buffer *buf = userdata;
 	size_t n = size * nmemb;
-	char *grown = realloc(buf->data, buf->len + n + 1);
+	char *grown;
 
+	if (buf->len + n > PEER_CONFIG_MAX_BYTES)
+	{
+		buf->too_large = true;
+		return 0; /* ends the transfer with CURLE_WRITE_ERROR */
+	}
+	grown = realloc(buf->data, buf->len + n + 1);
 	if (grown == NULL)
 		return 0;
 	buf->data = grown;
@@ -222,6 +232,7 @@ config_load_from_peer(const char *base_url, const char *peer_token, char *errbuf
 	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect_body);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) PEER_CONFIG_MAX_BYTES);
 	if (peer_token != NULL && peer_token[0] != '\0')
 	{
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", peer_token);
@@ -230,7 +241,10 @@ config_load_from_peer(const char *base_url, const char *peer_token, char *errbuf
 	}
 	rc = curl_easy_perform(curl);
 	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-	if (rc != CURLE_OK)
+	if (body.too_large || rc == CURLE_FILESIZE_EXCEEDED)
+		snprintf(errbuf, errbuf_size, "peer %s: config larger than %d bytes, refused", url,
+				 PEER_CONFIG_MAX_BYTES);
+	else if (rc != CURLE_OK)
 		snprintf(errbuf, errbuf_size, "peer %s: %s", url, curl_easy_strerror(rc));
 	else if (status != 200 || body.data == NULL)
 		snprintf(errbuf, errbuf_size, "peer %s answered HTTP %ld", url, status);

@@ -37,10 +37,15 @@ static const char common_help[] =
 	"  -X NAME=VALUE        a librdkafka property, passed unchanged (repeatable), e.g.\n"
 	"                       -X bootstrap.servers=127.0.0.1:9092 -X security.protocol=ssl;\n"
 	"                       bootstrap.servers defaults to the control plane's setting\n"
-	"  --admin-port PORT    serve /metrics, /healthz, /readyz and /config on 127.0.0.1:PORT\n"
+	"  --admin-port PORT    serve /metrics, /healthz, /readyz and /config on PORT\n"
+	"                       (0: a free port, logged as event=admin_server_started)\n"
+	"  --admin-listen ADDR  the numeric IP address the admin port listens on\n"
+	"                       (default 127.0.0.1; 0.0.0.0 or :: for every interface);\n"
+	"                       /config is served only with the WAL_PEER_TOKEN bearer token\n"
 	"  --peer URL           a peer worker (or a load balancer in front of them) to ask\n"
 	"                       for its cached config when the database is unreachable\n"
-	"                       (repeatable), e.g. --peer http://10.0.0.7:9400\n"
+	"                       (repeatable), e.g. --peer http://10.0.0.7:9400; sends\n"
+	"                       WAL_PEER_TOKEN from the environment as its bearer token\n"
 	"  --time-scale N       run every delay, pause and probe interval N times faster\n"
 	"                       (tests use 10; default 1)\n"
 	"  -v, --verbose        log debug events too\n"
@@ -94,7 +99,8 @@ enum
 	OPT_ADMIN_PORT = 256,
 	OPT_TIME_SCALE,
 	OPT_DESTINATION,
-	OPT_PEER
+	OPT_PEER,
+	OPT_ADMIN_LISTEN
 };
 
 int
@@ -103,6 +109,7 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 	static const struct option long_options[] = {
 		{"db", required_argument, NULL, 'd'},
 		{"admin-port", required_argument, NULL, OPT_ADMIN_PORT},
+		{"admin-listen", required_argument, NULL, OPT_ADMIN_LISTEN},
 		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
 		{"destination", required_argument, NULL, OPT_DESTINATION},
 		{"peer", required_argument, NULL, OPT_PEER},
@@ -117,6 +124,7 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 	memset(opts, 0, sizeof(*opts));
 	opts->role = role;
 	opts->conninfo = "";
+	opts->admin_port = -1;
 	opts->time_scale = 1.0;
 	*help_requested = false;
 	optind = 1;
@@ -137,8 +145,12 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				if (opts->n_kafka_props == MAX_KAFKA_PROPS)
 					return usage_error(role, "too many -X properties (at most 64), at '%s'",
 									   optarg);
-				*eq = '\0';
-				opts->kafka_props[opts->n_kafka_props].name = optarg;
+				/* A copy of the name: cutting argv in place would show "-X a b" in ps. */
+				char *name = strndup(optarg, (size_t) (eq - optarg));
+
+				if (name == NULL)
+					return usage_error(role, "out of memory at '%s'", optarg);
+				opts->kafka_props[opts->n_kafka_props].name = name;
 				opts->kafka_props[opts->n_kafka_props].value = eq + 1;
 				opts->n_kafka_props++;
 				break;
@@ -148,12 +160,19 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				errno = 0;
 				long port = strtol(optarg, &end, 10);
 
-				if (errno != 0 || *end != '\0' || port < 1 || port > 65535)
-					return usage_error(role, "--admin-port must be a port number 1-65535, got '%s'",
-									   optarg);
+				if (errno != 0 || *end != '\0' || optarg[0] == '\0' || port < 0 || port > 65535)
+					return usage_error(
+						role,
+						"--admin-port must be a port number 0-65535 (0: a free one), got '%s'",
+						optarg);
 				opts->admin_port = (int) port;
 				break;
 			}
+			case OPT_ADMIN_LISTEN:
+				if (optarg[0] == '\0')
+					return usage_error(role, "--admin-listen needs a numeric IP address%s", "");
+				opts->admin_listen = optarg;
+				break;
 			case OPT_TIME_SCALE:
 				errno = 0;
 				opts->time_scale = strtod(optarg, &end);

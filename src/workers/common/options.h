@@ -23,7 +23,8 @@ typedef struct
 	const char *role;        /* consume, retry, dlq, process */
 	const char *conninfo;    /* libpq conninfo; "" means the PG* environment */
 	const char *destination; /* consume --destination NAME: a dedicated consumer */
-	int admin_port;          /* 0: no admin HTTP server */
+	int admin_port;          /* -1: no admin HTTP server; 0: a free port */
+	const char *admin_listen; /* --admin-listen ADDRESS; NULL: 127.0.0.1 */
 	double time_scale;       /* every delay is divided by this */
 	bool verbose;
 	int n_peers;

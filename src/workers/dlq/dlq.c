@@ -34,6 +34,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_setup.h"
 #include "common/stop_signal.h"
 #include "roles.h"
 
@@ -370,16 +371,11 @@ run_dlq(const worker_options *opts)
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
 		return stop_requested ? 0 : 1;
-	if (opts->admin_port > 0)
 	{
 		admin_handlers handlers = {dlq_ready, dlq_config_json, &st};
 
-		admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
-		if (admin == NULL)
-		{
-			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+		if (!role_start_admin(opts, &handlers, &admin))
 			return 1;
-		}
 	}
 	conf = kafka_conf_build(defaults, 4, config_watch_current(st.watch)->kafka_bootstrap_servers,
 							opts, errbuf, sizeof(errbuf));

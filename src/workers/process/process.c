@@ -26,6 +26,7 @@
 #include "common/db_connect.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_setup.h"
 #include "common/stop_signal.h"
 #include "process/http_processor.h"
 #include "process/processing_rows.h"
@@ -292,7 +293,6 @@ run_process(const worker_options *opts)
 {
 	process_state st = {.opts = opts, .claim_rows = MAX_CLAIM_ROWS};
 	admin_server *admin = NULL;
-	char errbuf[512];
 	long idle_ms = (long) (IDLE_POLL_MS / opts->time_scale);
 
 	stop_on_signals();
@@ -302,16 +302,11 @@ run_process(const worker_options *opts)
 		return 1;
 	}
 	register_metrics(&st);
-	if (opts->admin_port > 0)
 	{
 		admin_handlers handlers = {processor_ready, NULL, &st};
 
-		admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
-		if (admin == NULL)
-		{
-			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+		if (!role_start_admin(opts, &handlers, &admin))
 			return 1;
-		}
 	}
 	log_info("event=started max_batch=%d", MAX_CLAIM_ROWS);
 

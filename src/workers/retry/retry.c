@@ -41,6 +41,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_setup.h"
 #include "common/stop_signal.h"
 #include "common/offset_tracker.h"
 #include "retry/partition_backlog.h"
@@ -635,16 +636,11 @@ run_retry(const worker_options *opts)
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
 		return stop_requested ? 0 : 1;
-	if (opts->admin_port > 0)
 	{
 		admin_handlers handlers = {retry_ready, retry_config_json, &st};
 
-		admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
-		if (admin == NULL)
-		{
-			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
+		if (!role_start_admin(opts, &handlers, &admin))
 			return 1;
-		}
 	}
 	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
 	st.pauses = pause_state_new(opts, holder);
