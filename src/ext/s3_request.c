@@ -263,12 +263,16 @@ report_failure(const S3Target *target, const char *what, const char *key, S3Resu
 				 errdetail("%s", after),
 				 errhint("Check archive_s3_endpoint in wal_delivery.settings and that the "
 						 "server is up.")));
-	if (status == 401 || status == 403)
+	/* A bad or expired session token is a credential error too, whatever the status. */
+	if (status == 401 || status == 403 || strcmp(code, "InvalidToken") == 0 ||
+		strcmp(code, "ExpiredToken") == 0 || strcmp(code, "InvalidAccessKeyId") == 0 ||
+		strcmp(code, "SignatureDoesNotMatch") == 0 || strcmp(code, "TokenRefreshRequired") == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 						errmsg("S3 refused the credentials for bucket \"%s\": HTTP %ld %s",
 							   target->bucket, status, code),
 						errdetail("%s %s", message, after),
-						errhint("Check wal_delivery.archive_credentials and archive_s3_region; the "
+						errhint("Check wal_delivery.archive_credentials (the keys and any session "
+								"token) and archive_s3_region; the "
 								"key needs s3:PutObject and s3:GetObject on the bucket.")));
 	if (status == 404 && strcmp(code, "NoSuchKey") != 0)
 		ereport(ERROR,

@@ -71,11 +71,37 @@ append_encoded_key(StringInfo url, const char *key)
 	}
 }
 
+/* True when some "/"-separated segment of path is "." or "..". */
+static bool
+has_dot_segment(const char *path)
+{
+	for (const char *seg = path; seg != NULL; seg = strchr(seg, '/') ? strchr(seg, '/') + 1 : NULL)
+	{
+		size_t len = strcspn(seg, "/");
+
+		if ((len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.'))
+			return true;
+	}
+	return false;
+}
+
 char *
 s3_object_url(const S3Target *target, const char *key)
 {
 	StringInfoData url;
 	const char *host = strstr(target->endpoint, "://");
+
+	/*
+	 * libcurl resolves "." and ".." in a URL's path before it sends and signs it: the object
+	 * would land elsewhere than the key says, even in another bucket with path style.
+	 */
+	if (has_dot_segment(key) || strchr(target->bucket, '/') != NULL)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("S3 object key \"%s\" in bucket \"%s\" has a \".\" or \"..\" path "
+							   "segment",
+							   key, target->bucket),
+						errhint("Fix archive_s3_prefix in wal_delivery.settings: use plain path "
+								"segments.")));
 
 	initStringInfo(&url);
 	if (target->path_style || host == NULL)

@@ -229,6 +229,14 @@ def test_unreachable_wrong_keys_and_missing_bucket_are_named_and_mark_nothing(s3
     assert unarchived(db, topic) == 4
     db.execute("UPDATE wal_delivery.archive_credentials SET secret_access_key = %s", (s3.secret_access_key,))
 
+    # A session token S3 does not know is a credential error like the others.
+    db.execute("UPDATE wal_delivery.archive_credentials SET session_token = 'not-a-session-token'")
+    state, message, hint = error_of(db, "CALL wal_delivery.archive_dead_letters()")
+    assert state == "28000" and message.startswith(f'S3 refused the credentials for bucket "{bucket}"'), message
+    assert "session token" in hint
+    assert unarchived(db, topic) == 4
+    db.execute("UPDATE wal_delivery.archive_credentials SET session_token = NULL")
+
     configure(db, s3.endpoint, "no-such-bucket", archive_keeps_rows=True)
     state, message, hint = error_of(db, "CALL wal_delivery.archive_dead_letters()")
     assert (state, message) == ("42704", f'S3 bucket "no-such-bucket" does not exist at {s3.endpoint}')
