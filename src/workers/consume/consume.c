@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -25,17 +24,12 @@
 #include "common/admin_server.h"
 #include "common/clock.h"
 #include "common/config_watch.h"
-#include "consume/dedupe.h"
-#include "common/delivery_request.h"
-#include "common/handoff.h"
-#include "common/http_delivery.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_setup.h"
 #include "common/stop_signal.h"
-#include "common/offset_tracker.h"
-#include "common/pause_state.h"
-#include "common/webhook.h"
+#include "consume/consume_state.h"
 #include "roles.h"
 
 #define MAX_OPEN_RECORDS    2000 /* take no more records while this many are open */
@@ -44,62 +38,7 @@
 #define DEDUPE_MAX_ENTRIES  200000
 #define POLL_BATCH          64 /* records taken per loop turn */
 
-typedef struct shared_record shared_record;
-
-/* One destination's copy of a record; lives inside its shared_record. */
-typedef struct record_copy
-{
-	tracked_record *record;
-	const char *destination; /* in the shared record's allocation */
-	dedupe_pair dedupe;
-	shared_record *shared;
-} record_copy;
-
-/*
- * A consumed record, shared by its copies and freed with the last one. One allocation
- * holds it, its copies and their destination names (copies are done in any order).
- */
-struct shared_record
-{
-	handoff_message msg; /* kept for a retry or DLQ hand-off; msg.owner is the consumer */
-	int copies_left;
-	record_copy copies[];
-};
-
-typedef struct consumer_state
-{
-	const worker_options *opts;
-	config_watch *watch;
-	rd_kafka_t *consumer;
-	http_engine *http;
-	handoff_producer *handoff;
-	dedupe_set *dedupe;
-	offset_tracker *tracker;
-	admin_server *admin;
-	pause_state *pauses; /* destinations paused by the retry consumers */
-	char **subscribed;   /* topics currently subscribed */
-	int n_subscribed;
-	bool paused;
-	bool assigned;
-	int64_t next_commit_ms;
-	metric *delivered;
-	metric *failures;
-	metric *in_flight;
-	metric *open_records;
-	metric *config_version;
-	metric *lag;
-	metric *breaker_handoffs;
-} consumer_state;
-
 /* ---------------------------------------------------------------- which destinations */
-
-static bool
-serves(const consumer_state *st, const destination_config *d)
-{
-	if (st->opts->destination != NULL)
-		return strcmp(d->name, st->opts->destination) == 0;
-	return !d->dedicated;
-}
 
 /* The sorted set of topics the served destinations subscribe to. */
 static int
@@ -119,7 +58,7 @@ wanted_topics(const consumer_state *st, const control_plane_config *config, int 
 	{
 		const destination_config *d = &config->destinations[i];
 
-		if (!serves(st, d))
+		if (!consumer_serves(st, d))
 			continue;
 		for (int t = 0; t < d->n_topics; t++)
 		{
@@ -186,182 +125,6 @@ follow_subscriptions(consumer_state *st)
 	free_strings(st->subscribed, st->n_subscribed);
 	st->subscribed = topics;
 	st->n_subscribed = n;
-}
-
-/* ---------------------------------------------------------------- one copy's life */
-
-static void
-copy_free(record_copy *copy)
-{
-	shared_record *shared = copy->shared;
-
-	if (--shared->copies_left == 0)
-	{
-		handoff_message_clear(&shared->msg);
-		free(shared);
-	}
-}
-
-static void
-copy_done(consumer_state *st, record_copy *copy)
-{
-	tracker_copy_done(st->tracker, copy->record);
-	copy_free(copy);
-}
-
-/* handoff.c calls this once the retry or DLQ write is acknowledged (acks=all). */
-static void
-on_handed_off(void *opaque, void *arg)
-{
-	copy_done((consumer_state *) arg, (record_copy *) opaque);
-}
-
-static void
-hand_off(consumer_state *st, record_copy *copy, handoff_target target, const char *error,
-		 long not_before_s)
-{
-	const destination_config *d =
-		config_find_destination(config_watch_current(st->watch), copy->destination);
-	const char *labels[] = {copy->destination, handoff_target_name(target)};
-
-	metric_add(st->failures, 1, labels);
-	log_info("event=hand_off destination=%s topic=%s key=%s to=%s error=\"%s\"", copy->destination,
-			 copy->shared->msg.source_topic, copy->shared->msg.idempotency_key,
-			 handoff_target_name(target), error);
-	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination,
-				 &copy->shared->msg, target, 1, error, not_before_s, copy);
-}
-
-static void
-on_http_done(void *opaque, const http_result *result)
-{
-	record_copy *copy = opaque;
-	consumer_state *st = copy->shared->msg.owner;
-	const destination_config *d =
-		config_find_destination(config_watch_current(st->watch), copy->destination);
-	delivery_outcome outcome;
-	char error[256];
-
-	if (result->aborted)
-	{
-		/* Stopping: the copy stays open, so its offset is not committed. */
-		copy_free(copy);
-		return;
-	}
-	outcome = classify_http_result(result->curl_code, result->http_status,
-								   d ? (const char *const *) d->transient_statuses : NULL,
-								   d ? d->n_transient_statuses : 0);
-	if (outcome == DELIVERY_SUCCESS)
-	{
-		const char *labels[] = {copy->destination};
-
-		metric_add(st->delivered, 1, labels);
-		dedupe_remember_pair(st->dedupe, copy->dedupe, now_ms());
-		log_debug("event=delivered destination=%s topic=%s key=%s status=%ld ms=%ld",
-				  copy->destination, copy->shared->msg.source_topic,
-				  copy->shared->msg.idempotency_key, result->http_status, result->elapsed_ms);
-		copy_done(st, copy);
-		return;
-	}
-	snprintf(error, sizeof(error), "%s", result->error);
-	hand_off(st, copy, outcome == DELIVERY_TRANSIENT ? HANDOFF_RETRY_STEP_1 : HANDOFF_DLQ, error,
-			 outcome == DELIVERY_TRANSIENT ? parse_retry_after(result->retry_after, time(NULL))
-										   : -1);
-}
-
-static void
-deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
-{
-	http_request req;
-	header_lines headers;
-	bool submitted;
-
-	if (pause_state_is_paused(st->pauses, d->name))
-	{
-		/* Breaker open: no attempt while the destination is paused; its probe runs in
-		 * the retry consumers. The copy queues in step 1 and the offset moves on. */
-		const char *labels[] = {d->name};
-
-		metric_add(st->breaker_handoffs, 1, labels);
-		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "breaker open: destination paused", -1);
-		return;
-	}
-	if (d->secret_unavailable)
-	{
-		/* Config from a peer has no secrets: never send unsigned, keep the copy for later. */
-		hand_off(st, copy, HANDOFF_RETRY_STEP_1,
-				 "signing secret unavailable: config came from a peer", -1);
-		return;
-	}
-	req = delivery_request(d, &copy->shared->msg, 1, &headers);
-	req.body_borrowed = true; /* the shared record outlives the request */
-	submitted = http_engine_submit(st->http, &req, on_http_done, copy);
-	header_lines_release(&headers);
-	if (!submitted)
-		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
-}
-
-static void
-handle_record(consumer_state *st, rd_kafka_message_t *rkm)
-{
-	const control_plane_config *config = config_watch_current(st->watch);
-	const char *topic = rd_kafka_topic_name(rkm->rkt);
-	const destination_config *targets[256];
-	dedupe_pair pairs[256];
-	int n_targets = 0;
-	size_t names_len = 0;
-	int64_t now = now_ms();
-	tracked_record *record;
-	handoff_message msg;
-	dedupe_key_hash key;
-	shared_record *shared;
-	char *names;
-
-	handoff_message_from_kafka(&msg, rkm, false);
-	key = dedupe_hash_key(msg.idempotency_key);
-	for (int i = 0; i < config->n_destinations && n_targets < 256; i++)
-	{
-		const destination_config *d = &config->destinations[i];
-
-		if (!serves(st, d) || !destination_subscribes(d, topic))
-			continue;
-		pairs[n_targets] = dedupe_hash_pair(key, d->name);
-		if (dedupe_seen_pair(st->dedupe, pairs[n_targets], now))
-			continue;
-		names_len += strlen(d->name) + 1;
-		targets[n_targets++] = d;
-	}
-	record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, n_targets);
-	if (n_targets == 0)
-	{
-		handoff_message_clear(&msg);
-		return;
-	}
-	shared = malloc(sizeof(*shared) + sizeof(record_copy) * n_targets + names_len);
-	if (shared == NULL)
-	{
-		log_error("event=out_of_memory msg=\"cannot keep a consumed record\"");
-		abort();
-	}
-	shared->msg = msg;
-	shared->msg.owner = st;
-	/* All copies hold it before any can finish (a hand-off may complete at once). */
-	shared->copies_left = n_targets;
-	names = (char *) &shared->copies[n_targets];
-	for (int i = 0; i < n_targets; i++)
-	{
-		size_t len = strlen(targets[i]->name) + 1;
-
-		shared->copies[i] = (record_copy){
-			.record = record,
-			.destination = memcpy(names, targets[i]->name, len),
-			.dedupe = pairs[i],
-			.shared = shared,
-		};
-		names += len;
-	}
-	for (int i = 0; i < n_targets; i++)
-		deliver_copy(st, &shared->copies[i], targets[i]);
 }
 
 /* ---------------------------------------------------------------- Kafka plumbing */
@@ -438,7 +201,7 @@ update_gauges(consumer_state *st)
 	{
 		const char *labels[] = {config->destinations[i].name};
 
-		if (serves(st, &config->destinations[i]))
+		if (consumer_serves(st, &config->destinations[i]))
 			metric_set(st->in_flight, http_engine_in_flight(st->http, labels[0]), labels);
 	}
 }
@@ -541,130 +304,175 @@ check_dedicated_destination(const worker_options *opts, const control_plane_conf
 	return true;
 }
 
+/* The consumer and the hand-off producer; false (logged) when librdkafka refuses them. */
+static bool
+connect_kafka(consumer_state *st)
+{
+	char errbuf[512];
+
+	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
+	st->handoff = st->consumer
+					  ? handoff_producer_new(st->opts, config_watch_current(st->watch),
+											 on_copy_handed_off, st, errbuf, sizeof(errbuf))
+					  : NULL;
+	if (st->consumer == NULL || st->handoff == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return false;
+	}
+	return true;
+}
+
+/* What the copies need: the HTTP engine, the dedupe set, the offset tracker, the pauses. */
+static void
+open_delivery_state(consumer_state *st)
+{
+	char holder[128];
+
+	st->http = http_engine_new(256);
+	st->dedupe =
+		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st->watch)->consumer_dedupe_ttl_ms);
+	st->tracker = tracker_new();
+	snprintf(holder, sizeof(holder), "consume:%d", (int) getpid());
+	st->pauses = pause_state_new(st->opts, holder);
+}
+
+/* Transfers running or queued and hand-offs not yet acknowledged: the loop must not sleep. */
+static int
+work_in_hand(consumer_state *st)
+{
+	return http_engine_in_flight(st->http, NULL) + http_engine_pending(st->http, NULL) +
+		   handoff_pending(st->handoff);
+}
+
+/*
+ * On the first stop request: stop fetching and give what is in flight SHUTDOWN_TIMEOUT_MS
+ * to finish. True once every record is done or that time is up.
+ */
+static bool
+drained_after_stop(consumer_state *st)
+{
+	if (stop_requested && st->shutdown_deadline == 0)
+	{
+		log_info("event=stopping open_records=%d", tracker_open_records(st->tracker));
+		st->shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
+		stop_fetching(st);
+	}
+	return st->shutdown_deadline &&
+		   (tracker_open_records(st->tracker) == 0 || now_ms() > st->shutdown_deadline);
+}
+
+/*
+ * Backpressure: with MAX_OPEN_RECORDS open, take no more records (librdkafka's prefetch is
+ * bounded by queued.max.messages.kbytes), but still poll once a second so rebalances are
+ * served. Pausing the partitions instead would drop the prefetched records and fetch them
+ * again on resume, which stalled delivery (bench/deliver). Otherwise up to POLL_BATCH
+ * records per turn, so transfers move on once per batch. True when it took anything.
+ */
+static bool
+take_records(consumer_state *st, int busy)
+{
+	bool saturated = tracker_open_records(st->tracker) >= MAX_OPEN_RECORDS;
+	rd_kafka_message_t *rkm = NULL;
+	bool got_any;
+
+	if (!saturated || now_ms() >= st->next_forced_poll_ms)
+	{
+		rkm = rd_kafka_consumer_poll(st->consumer, busy ? 0 : 100);
+		st->next_forced_poll_ms = now_ms() + 1000;
+	}
+	got_any = rkm != NULL;
+	for (int n = 0; rkm; n++)
+	{
+		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			handle_record(st, rkm);
+		else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+		rd_kafka_message_destroy(rkm);
+		rkm = n + 1 < POLL_BATCH && tracker_open_records(st->tracker) < MAX_OPEN_RECORDS
+				  ? rd_kafka_consumer_poll(st->consumer, 0)
+				  : NULL;
+	}
+	return got_any;
+}
+
+/* Pauses set by the retry consumers, and a newly published config (dedupe TTL, topics). */
+static void
+follow_control_plane(consumer_state *st)
+{
+	pause_state_poll(st->pauses);
+	if (config_watch_poll(st->watch))
+	{
+		dedupe_set_ttl(st->dedupe, config_watch_current(st->watch)->consumer_dedupe_ttl_ms);
+		follow_subscriptions(st);
+	}
+}
+
+/* Once a second: commit up to the low watermark of done records, then refresh the gauges. */
+static void
+commit_when_due(consumer_state *st)
+{
+	if (now_ms() < st->next_commit_ms)
+		return;
+	tracker_commit(st->tracker, st->consumer, false);
+	update_gauges(st);
+	st->next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
+}
+
+/* Abandons what did not finish (not committed, so it is consumed again), then commits. */
+static void
+shut_down(consumer_state *st)
+{
+	http_engine_free(st->http);
+	tracker_commit(st->tracker, st->consumer, true);
+	rd_kafka_consumer_close(st->consumer);
+	rd_kafka_destroy(st->consumer);
+	handoff_producer_free(st->handoff);
+	if (st->admin)
+		admin_server_stop(st->admin);
+	log_info("event=stopped open_records=%d", tracker_open_records(st->tracker));
+	tracker_free(st->tracker);
+	dedupe_free(st->dedupe);
+	pause_state_free(st->pauses);
+	config_watch_stop(st->watch);
+}
+
 int
 run_consume(const worker_options *opts)
 {
 	consumer_state st = {.opts = opts};
-	char errbuf[512];
-	int64_t shutdown_deadline = 0, next_forced_poll_ms = 0;
 
 	stop_on_signals();
 	register_metrics(&st);
-
+	/* The config comes first: it names the brokers, the destinations and their topics. */
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
 		return stop_requested ? 0 : 1;
 	if (!check_dedicated_destination(opts, config_watch_current(st.watch)))
 		return 2;
-
-	if (opts->admin_port > 0)
-	{
-		admin_handlers handlers = {consumer_ready, consumer_config_json, &st};
-
-		st.admin = admin_server_start(opts->admin_port, &handlers, errbuf, sizeof(errbuf));
-		if (st.admin == NULL)
-		{
-			log_error("event=admin_server_failed msg=\"%s\"", errbuf);
-			return 1;
-		}
-	}
-	st.consumer = create_consumer(&st, errbuf, sizeof(errbuf));
-	st.handoff = st.consumer ? handoff_producer_new(opts, config_watch_current(st.watch),
-													on_handed_off, &st, errbuf, sizeof(errbuf))
-							 : NULL;
-	if (st.consumer == NULL || st.handoff == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+	if (!role_start_admin(opts, &(admin_handlers){consumer_ready, consumer_config_json, &st},
+						  &st.admin))
 		return 1;
-	}
-	st.http = http_engine_new(256);
-	st.dedupe =
-		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
-	st.tracker = tracker_new();
-	{
-		char holder[128];
-
-		snprintf(holder, sizeof(holder), "consume:%d", (int) getpid());
-		st.pauses = pause_state_new(opts, holder);
-	}
+	if (!connect_kafka(&st))
+		return 1;
+	open_delivery_state(&st);
 	follow_subscriptions(&st);
 	log_info("event=started mode=%s config_version=%" PRId64,
 			 opts->destination ? opts->destination : "shared",
 			 config_watch_current(st.watch)->version);
 
-	for (;;)
+	while (!drained_after_stop(&st))
 	{
-		rd_kafka_message_t *rkm;
-		bool got_any, saturated;
-		int busy = http_engine_in_flight(st.http, NULL) + http_engine_pending(st.http, NULL) +
-				   handoff_pending(st.handoff);
+		int busy = work_in_hand(&st);
+		bool got_any = take_records(&st, busy);
 
-		if (stop_requested && shutdown_deadline == 0)
-		{
-			/* Stop fetching; finish what is in flight within a bound. */
-			log_info("event=stopping open_records=%d", tracker_open_records(st.tracker));
-			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
-			stop_fetching(&st);
-		}
-		if (shutdown_deadline &&
-			(tracker_open_records(st.tracker) == 0 || now_ms() > shutdown_deadline))
-			break;
-
-		/*
-		 * Backpressure: with MAX_OPEN_RECORDS open, take no more records (librdkafka's
-		 * prefetch is bounded by queued.max.messages.kbytes), but still poll once a second
-		 * so rebalances are served. Pausing the partitions instead would drop the prefetched
-		 * records and fetch them again on resume, which stalled delivery (bench/deliver).
-		 * Otherwise up to POLL_BATCH records per turn, so transfers move on once per batch.
-		 */
-		saturated = tracker_open_records(st.tracker) >= MAX_OPEN_RECORDS;
-		rkm = NULL;
-		if (!saturated || now_ms() >= next_forced_poll_ms)
-		{
-			rkm = rd_kafka_consumer_poll(st.consumer, busy ? 0 : 100);
-			next_forced_poll_ms = now_ms() + 1000;
-		}
-		got_any = rkm != NULL;
-		for (int n = 0; rkm; n++)
-		{
-			if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-				handle_record(&st, rkm);
-			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
-			rd_kafka_message_destroy(rkm);
-			rkm = n + 1 < POLL_BATCH && tracker_open_records(st.tracker) < MAX_OPEN_RECORDS
-					  ? rd_kafka_consumer_poll(st.consumer, 0)
-					  : NULL;
-		}
+		/* Wait on the transfers only when they are all there is: Kafka had nothing. */
 		http_engine_poll(st.http, busy && !got_any ? 20 : 0);
 		handoff_poll(st.handoff);
-
-		pause_state_poll(st.pauses);
-		if (config_watch_poll(st.watch))
-		{
-			dedupe_set_ttl(st.dedupe, config_watch_current(st.watch)->consumer_dedupe_ttl_ms);
-			follow_subscriptions(&st);
-		}
-		if (now_ms() >= st.next_commit_ms)
-		{
-			tracker_commit(st.tracker, st.consumer, false);
-			update_gauges(&st);
-			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
-		}
+		follow_control_plane(&st);
+		commit_when_due(&st);
 	}
 
-	/* Abandon what did not finish (not committed, so it is consumed again), then commit. */
-	http_engine_free(st.http);
-	tracker_commit(st.tracker, st.consumer, true);
-	rd_kafka_consumer_close(st.consumer);
-	rd_kafka_destroy(st.consumer);
-	handoff_producer_free(st.handoff);
-	if (st.admin)
-		admin_server_stop(st.admin);
-	log_info("event=stopped open_records=%d", tracker_open_records(st.tracker));
-	tracker_free(st.tracker);
-	dedupe_free(st.dedupe);
-	pause_state_free(st.pauses);
-	config_watch_stop(st.watch);
+	shut_down(&st);
 	return 0;
 }
