@@ -1,0 +1,118 @@
+-- Roles and privileges, last, once every object exists. Nothing in the schema is PUBLIC's:
+--   wal_delivery_writer   applications: enqueue, and read the status of their own records
+--   wal_delivery_admin    operators and the workers: the control plane, dead letters, and
+--                         the routines the workers call
+-- The extension's owner (a superuser) runs the background workers. Granting a role to a
+-- login role is left to the database's administrator.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_writer') THEN
+        CREATE ROLE wal_delivery_writer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_admin') THEN
+        CREATE ROLE wal_delivery_admin NOLOGIN;
+    END IF;
+END $$;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA wal_delivery FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA wal_delivery FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA wal_delivery FROM PUBLIC;
+REVOKE ALL ON PROCEDURE wal_delivery.purge_finished(integer, integer),
+                        wal_delivery.archive_dead_letters(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
+                       pg_catalog.wal_enqueue(text, bytea, text, text, jsonb),
+                       pg_catalog.wal_enqueue(text, text, text, text, jsonb),
+                       pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
+                       pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
+                       pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]) FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_writer, wal_delivery_admin;
+
+------------------------------------------------------------------------------ writer
+
+-- The writer enqueues and reads its own records' status; nothing else.
+GRANT EXECUTE ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
+                          pg_catalog.wal_enqueue(text, bytea, text, text, jsonb),
+                          pg_catalog.wal_enqueue(text, text, text, text, jsonb),
+                          pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
+                          pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
+                          pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]),
+                          wal_delivery.enqueue_payload(text, bytea, text, text, text, jsonb),
+                          wal_delivery.enqueue_payload_batch(text, bytea[], text, text[], text[], jsonb[])
+    TO wal_delivery_writer, wal_delivery_admin;
+GRANT SELECT ON wal_delivery.my_records TO wal_delivery_writer, wal_delivery_admin;
+
+------------------------------------------------------------------------------ admin
+
+-- The control plane. Signing secrets and S3 keys are the admin's only.
+GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.topics, wal_delivery.destinations,
+      wal_delivery.destination_secrets, wal_delivery.subscriptions,
+      wal_delivery.archive_credentials TO wal_delivery_admin;
+GRANT SELECT, UPDATE ON wal_delivery.settings TO wal_delivery_admin;
+GRANT USAGE ON SEQUENCE wal_delivery.retry_partition_seq TO wal_delivery_admin;
+GRANT EXECUTE ON FUNCTION wal_delivery.worker_config(),
+                          wal_delivery.desired_kafka_topics(),
+                          wal_delivery.library_version()
+    TO wal_delivery_admin;
+
+-- What operators read.
+GRANT SELECT ON wal_delivery.outbox, wal_delivery.config_version, wal_delivery.backlog,
+      wal_delivery.unresolved_dead_letters, wal_delivery.config_status,
+      wal_delivery.kafka_topics, wal_delivery.reconcile_status,
+      wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
+      wal_delivery.destination_status, wal_delivery.processing_status TO wal_delivery_admin;
+
+-- Dead letters: on-call resolves them; the dlq worker ingests, alerts and replays.
+GRANT SELECT, UPDATE (resolved_at, resolution) ON wal_delivery.dead_letters TO wal_delivery_admin;
+GRANT EXECUTE ON FUNCTION wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint,
+                                                          text, bytea, integer, text),
+                          wal_delivery.dead_letters_to_alert(integer),
+                          wal_delivery.mark_dead_letter_alerted(bigint),
+                          wal_delivery.inspect_dead_letter(bigint),
+                          wal_delivery.replay_dead_letter(bigint),
+                          wal_delivery.replay_dead_letters(text, text, timestamptz, timestamptz),
+                          wal_delivery.dead_letters_to_replay(integer),
+                          wal_delivery.complete_replay(bigint),
+                          wal_delivery.resolve_dead_letter(bigint, text),
+                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz)
+    TO wal_delivery_admin;
+
+-- The relay's and the processors' routines, and retention.
+GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
+                          wal_delivery.mark_stored(bigint[]),
+                          wal_delivery.defer_shipping(bigint[], text, interval),
+                          wal_delivery.mark_unshippable(bigint, text),
+                          wal_delivery.relay_wakeups(),
+                          wal_delivery.claim_ready_to_process(integer, interval),
+                          wal_delivery.complete_processing(bigint, bigint, bytea),
+                          wal_delivery.fail_processing(bigint, bigint, text),
+                          wal_delivery.expire_processing_leases(integer),
+                          wal_delivery.claim_for_processor(integer),
+                          wal_delivery.hold_processing_row(bigint, bigint),
+                          wal_delivery.processed_payload_problem(bytea, text, integer),
+                          wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
+                          wal_delivery.finish_processing(bigint, bigint, bytea, text),
+                          wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
+                          wal_delivery.run_sql_processor(bigint[], bigint[]),
+                          wal_delivery.hold_processing_rows(bigint[], bigint[]),
+                          wal_delivery.complete_processing_batch(bigint[], bigint[], bytea[]),
+                          wal_delivery.purge_finished_rows(integer)
+    TO wal_delivery_admin;
+GRANT EXECUTE ON PROCEDURE wal_delivery.purge_finished(integer, integer) TO wal_delivery_admin;
+
+-- The retry workers' shared pause state and counters, and on-call's resume.
+GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, interval),
+                          wal_delivery.claim_probe(text, text, interval),
+                          wal_delivery.finish_probe(text, text, text, text, interval),
+                          wal_delivery.resume_destination(text),
+                          wal_delivery.report_step_stats(text, jsonb)
+    TO wal_delivery_admin;
+
+-- Dead-letter archival (the job runs as the role that scheduled it).
+GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
+                          wal_delivery.fetch_archive_object(text),
+                          wal_delivery.restore_dead_letters(text),
+                          wal_delivery.schedule_dead_letter_archival(text)
+    TO wal_delivery_admin;
+GRANT EXECUTE ON PROCEDURE wal_delivery.archive_dead_letters(jsonb) TO wal_delivery_admin;
