@@ -4,7 +4,10 @@
 #ifndef WAL_DELIVERY_H
 #define WAL_DELIVERY_H
 
-#define WAL_DELIVERY_VERSION "0.9"
+/* default_version of wal_delivery.control; the Makefile passes it (-D). */
+#ifndef WAL_DELIVERY_VERSION
+#error "WAL_DELIVERY_VERSION is not defined: build with the project's Makefile"
+#endif
 
 extern bool wal_delivery_force_delete;
 
