@@ -26,7 +26,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -35,7 +34,6 @@
 #include "common/admin_server.h"
 #include "common/clock.h"
 #include "common/config_watch.h"
-#include "common/delivery_request.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"
 #include "common/kafka_conf.h"
@@ -47,7 +45,6 @@
 #include "retry/partition_backlog.h"
 #include "common/pause_state.h"
 #include "retry/retry_message.h"
-#include "common/webhook.h"
 #include "retry/retry_state.h"
 #include "roles.h"
 
@@ -65,193 +62,7 @@
  */
 #define FETCH_RESUME_LEAD_MS 600
 
-/* A duration of the retry policy as this worker runs it (--time-scale). */
-static long
-scaled(const retry_state *st, long ms)
-{
-	return (long) (ms / st->opts->time_scale);
-}
-
-/* Its outcome is durable: the offset may move past it. */
-static void
-queued_done(retry_state *st, queued *q)
-{
-	tracker_copy_done(st->tracker, q->record);
-	queued_free(q);
-}
-
-/* ---------------------------------------------------------------- outcomes */
-
-static void
-on_handed_off(void *opaque, void *arg)
-{
-	retry_state *st = arg;
-	queued *q = opaque;
-
-	if (q->pause_after_handoff)
-	{
-		const destination_config *d =
-			config_find_destination(config_watch_current(st->watch), q->m.destination);
-
-		pause_state_pause(st->pauses, q->m.destination, q->m.step, q->error,
-						  scaled(st, d ? d->probe_interval_ms : 120000));
-	}
-	queued_done(st, q);
-}
-
-static void
-hand_off(retry_state *st, queued *q, handoff_target target, int attempts, long not_before_s)
-{
-	const control_plane_config *config = config_watch_current(st->watch);
-	const destination_config *d =
-		q->m.destination ? config_find_destination(config, q->m.destination) : NULL;
-	const char *labels[] = {q->m.destination ? q->m.destination : "", handoff_target_name(target)};
-
-	metric_add(st->handed_off, 1, labels);
-	log_info("event=hand_off destination=%s topic=%s key=%s from=retry.%d to=%s error=\"%s\"",
-			 labels[0], q->m.msg.source_topic, q->m.msg.idempotency_key, q->m.step,
-			 handoff_target_name(target), q->error);
-	handoff_send(st->handoff, config, d, q->m.destination, &q->m.msg, target, attempts, q->error,
-				 not_before_s, q);
-}
-
-static handoff_target
-next_step(int step)
-{
-	return step >= RETRY_STEPS ? HANDOFF_DLQ : (handoff_target) (step + 1);
-}
-
-static void
-finish_probe(retry_state *st, dest_state *ds, queued *q, delivery_outcome outcome,
-			 const destination_config *d)
-{
-	const char *labels[] = {ds->name, delivery_outcome_name(outcome)};
-	long probe_after = scaled(st, d ? d->probe_interval_ms : 120000);
-
-	ds->probing = false;
-	metric_add(st->probes, 1, labels);
-	if (outcome == DELIVERY_SUCCESS)
-	{
-		pause_state_finish_probe(st->pauses, ds->name, PROBE_SUCCESS, NULL, probe_after);
-		queued_done(st, q);
-	}
-	else if (outcome == DELIVERY_PERMANENT)
-	{
-		pause_state_finish_probe(st->pauses, ds->name, PROBE_PERMANENT, q->error, probe_after);
-		hand_off(st, q, HANDOFF_DLQ, q->m.attempt + 1, -1);
-	}
-	else
-	{
-		/* Still down: the message stays first in line for the next probe. */
-		pause_state_finish_probe(st->pauses, ds->name, PROBE_TRANSIENT, q->error, probe_after);
-		if (q->lane->assigned)
-			lane_push_head(q->lane, q);
-		else
-			queued_free(q);
-	}
-}
-
-static void
-on_http_done(void *opaque, const http_result *result)
-{
-	queued *q = opaque;
-	retry_state *st = q->m.msg.owner;
-	const destination_config *d =
-		config_find_destination(config_watch_current(st->watch), q->m.destination);
-	dest_state *ds = dest_get(st, q->m.destination);
-	step_stats *ss = &ds->steps[q->m.step - 1];
-	delivery_outcome outcome;
-
-	ds->in_flight--;
-	ss->in_flight--;
-	if (result->aborted)
-	{
-		/* Stopping: not done, so its offset is not committed and it is read again. */
-		queued_free(q);
-		return;
-	}
-	outcome = classify_http_result(result->curl_code, result->http_status,
-								   d ? (const char *const *) d->transient_statuses : NULL,
-								   d ? d->n_transient_statuses : 0);
-	snprintf(q->error, sizeof(q->error), "%s", result->error);
-	if (outcome == DELIVERY_SUCCESS)
-	{
-		ss->consecutive_failures = 0;
-		ss->delivered++;
-		ss->last_success_at = wall_ms();
-		metric_add(st->delivered, 1, (const char *const[]){ds->name, q->lane->topic});
-	}
-	else
-	{
-		ss->failed++;
-		ss->last_error_at = wall_ms();
-		snprintf(ss->last_error, sizeof(ss->last_error), "%s", q->error);
-		metric_add(st->failed, 1,
-				   (const char *const[]){ds->name, q->lane->topic, delivery_outcome_name(outcome)});
-		/* A non-transient answer resets the step's count of consecutive failures. */
-		ss->consecutive_failures = outcome == DELIVERY_TRANSIENT ? ss->consecutive_failures + 1 : 0;
-	}
-	if (q->probe)
-	{
-		finish_probe(st, ds, q, outcome, d);
-		return;
-	}
-	if (outcome == DELIVERY_SUCCESS)
-		queued_done(st, q);
-	else if (outcome == DELIVERY_PERMANENT)
-		hand_off(st, q, HANDOFF_DLQ, q->m.attempt + 1, -1);
-	else
-	{
-		if (d && ss->consecutive_failures >= d->pause_after_failures && !ds->paused)
-		{
-			/* Hand this one on first; the pause follows its ack (on_handed_off). */
-			ds->pausing = true;
-			q->pause_after_handoff = true;
-			log_warn("event=pause_tripped destination=%s step=%d consecutive_failures=%d "
-					 "error=\"%s\"",
-					 ds->name, q->m.step, ss->consecutive_failures, q->error);
-		}
-		hand_off(st, q, next_step(q->m.step), q->m.attempt + 1,
-				 parse_retry_after(result->retry_after, time(NULL)));
-	}
-}
-
-static void
-deliver(retry_state *st, dest_state *ds, const destination_config *d, queued *q)
-{
-	header_lines headers;
-	http_request req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &headers);
-	bool submitted;
-
-	if (ds->window < d->max_in_flight)
-		req.max_in_flight = ds->window;
-	q->m.msg.owner = st;
-	ds->in_flight++;
-	ds->steps[q->m.step - 1].in_flight++;
-	submitted = http_engine_submit(st->http, &req, on_http_done, q);
-	header_lines_release(&headers);
-	if (!submitted)
-	{
-		ds->in_flight--;
-		ds->steps[q->m.step - 1].in_flight--;
-		snprintf(q->error, sizeof(q->error), "could not start the HTTP request");
-		hand_off(st, q, next_step(q->m.step), q->m.attempt, -1);
-	}
-}
-
 /* ---------------------------------------------------------------- scheduling */
-
-/* Messages that cannot be retried go to the DLQ with their reason, whatever the pause. */
-static void
-send_bad_to_dlq(retry_state *st, queued *q)
-{
-	metric_add(st->bad_messages, 1, NULL);
-	log_warn("event=bad_retry_message topic=%s partition=%d offset=%" PRId64
-			 " reason=\"%s\" msg=\"sending it to the DLQ\"",
-			 q->lane->topic, q->lane->partition, q->offset, q->m.bad);
-	snprintf(q->error, sizeof(q->error), "%s", q->m.bad);
-	hand_off(st, q, HANDOFF_DLQ, q->m.attempt, -1);
-}
 
 static void
 on_message(retry_state *st, const rd_kafka_message_t *rkm)
@@ -357,7 +168,7 @@ dispatch_due(retry_state *st)
 			ds = dest_get(st, d->name);
 			if (!can_start(ds, d, l->step))
 				break;
-			deliver(st, ds, d, lane_take(l, prev, q));
+			deliver_queued(st, ds, d, lane_take(l, prev, q));
 			q = next;
 		}
 	}
@@ -392,7 +203,7 @@ probe_paused(retry_state *st)
 				 q->m.msg.idempotency_key);
 		ds->probing = true;
 		q->probe = true;
-		deliver(st, ds, d, lane_take(l, prev, q));
+		deliver_queued(st, ds, d, lane_take(l, prev, q));
 	}
 }
 
@@ -622,114 +433,158 @@ pause_all_fetching(retry_state *st)
 		st->lanes[i]->fetch_paused = true;
 }
 
+/* The shared pause state (held as "retry:PID") and the offset tracker. */
+static void
+open_shared_state(retry_state *st)
+{
+	char holder[128];
+
+	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
+	st->pauses = pause_state_new(st->opts, holder);
+	st->tracker = tracker_new();
+}
+
+/* The consumer of the step topics and the hand-off producer; false (logged) on failure. */
+static bool
+connect_kafka(retry_state *st)
+{
+	char errbuf[512];
+
+	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
+	st->handoff = st->consumer
+					  ? handoff_producer_new(st->opts, config_watch_current(st->watch),
+											 on_queued_handed_off, st, errbuf, sizeof(errbuf))
+					  : NULL;
+	if (st->consumer == NULL || st->handoff == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * On the first stop request: pause every fetch and give what is in flight
+ * SHUTDOWN_TIMEOUT_MS to finish. True once nothing is in flight or that time is up.
+ */
+static bool
+drained_after_stop(retry_state *st)
+{
+	if (stop_requested && st->shutdown_deadline == 0)
+	{
+		log_info("event=stopping in_flight=%d", busy(st));
+		st->shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
+		pause_all_fetching(st);
+	}
+	return st->shutdown_deadline && (busy(st) == 0 || now_ms() > st->shutdown_deadline);
+}
+
+/* One message (or event) from the step topics into its lane; true when there was one. */
+static bool
+take_message(retry_state *st)
+{
+	rd_kafka_message_t *rkm = rd_kafka_consumer_poll(st->consumer, busy(st) ? 0 : 20);
+
+	if (rkm == NULL)
+		return false;
+	if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		on_message(st, rkm);
+	else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+	rd_kafka_message_destroy(rkm);
+	return true;
+}
+
+/* A newly published config (messages of deleted destinations leave), then the pauses. */
+static void
+follow_control_plane(retry_state *st)
+{
+	if (config_watch_poll(st->watch))
+		drop_deleted_destinations(st);
+	follow_pauses(st);
+}
+
+/* Every due message its destination has room for, after the ramp; then the probes. */
+static void
+start_attempts(retry_state *st)
+{
+	ramp_up(st);
+	dispatch_due(st);
+	probe_paused(st);
+}
+
+/* Once a second each: commit up to the durable outcomes; report the step counters. */
+static void
+keep_books(retry_state *st)
+{
+	if (now_ms() >= st->next_commit_ms)
+	{
+		tracker_commit(st->tracker, st->consumer, false);
+		st->next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
+	}
+	if (now_ms() >= st->next_report_ms)
+	{
+		report_stats(st);
+		st->next_report_ms = now_ms() + REPORT_INTERVAL_MS;
+	}
+}
+
+/* Abandons what did not finish (not committed, so it is read again), then commits. */
+static void
+shut_down(retry_state *st)
+{
+	http_engine_free(st->http);
+	handoff_producer_free(st->handoff);
+	tracker_commit(st->tracker, st->consumer, true);
+	rd_kafka_consumer_close(st->consumer); /* its revoke still updates the backlog list */
+	partition_backlog_stop(st->backlogs);
+	rd_kafka_destroy(st->consumer);
+	free_lanes_and_dests(st);
+	tracker_free(st->tracker);
+	pause_state_free(st->pauses);
+	if (st->admin)
+		admin_server_stop(st->admin);
+	config_watch_stop(st->watch);
+	log_info("event=stopped");
+}
+
 int
 run_retry(const worker_options *opts)
 {
 	retry_state st = {.opts = opts};
-	char errbuf[512], holder[128];
-	admin_server *admin = NULL;
-	int64_t shutdown_deadline = 0;
 
 	stop_on_signals();
 	register_metrics(&st);
-
+	/* The config comes first: it names the brokers, the step topics and the destinations. */
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
 		return stop_requested ? 0 : 1;
-	{
-		admin_handlers handlers = {retry_ready, retry_config_json, &st};
-
-		if (!role_start_admin(opts, &handlers, &admin))
-			return 1;
-	}
-	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
-	st.pauses = pause_state_new(opts, holder);
-	st.tracker = tracker_new();
-	st.consumer = create_consumer(&st, errbuf, sizeof(errbuf));
-	st.handoff = st.consumer ? handoff_producer_new(opts, config_watch_current(st.watch),
-													on_handed_off, &st, errbuf, sizeof(errbuf))
-							 : NULL;
-	if (st.consumer == NULL || st.handoff == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+	if (!role_start_admin(opts, &(admin_handlers){retry_ready, retry_config_json, &st}, &st.admin))
 		return 1;
-	}
+	open_shared_state(&st);
+	if (!connect_kafka(&st))
+		return 1;
 	st.backlogs = partition_backlog_start(st.consumer, 2000);
 	st.http = http_engine_new(256);
 	log_info("event=started time_scale=%g config_version=%" PRId64, opts->time_scale,
 			 config_watch_current(st.watch)->version);
 
-	for (;;)
+	while (!drained_after_stop(&st))
 	{
-		rd_kafka_message_t *rkm;
+		bool got_one = take_message(&st);
 
-		if (stop_requested && shutdown_deadline == 0)
-		{
-			log_info("event=stopping in_flight=%d", busy(&st));
-			shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
-			pause_all_fetching(&st);
-		}
-		if (shutdown_deadline && (busy(&st) == 0 || now_ms() > shutdown_deadline))
-			break;
-
-		rkm = rd_kafka_consumer_poll(st.consumer, busy(&st) ? 0 : 20);
-		if (rkm)
-		{
-			if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-				on_message(&st, rkm);
-			else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
-			rd_kafka_message_destroy(rkm);
-		}
-		if (config_watch_poll(st.watch))
-			drop_deleted_destinations(&st);
-		follow_pauses(&st);
-		if (!shutdown_deadline)
-		{
-			ramp_up(&st);
-			dispatch_due(&st);
-			probe_paused(&st);
-		}
-		http_engine_poll(st.http, busy(&st) && !rkm ? 10 : 0);
+		follow_control_plane(&st);
+		/* Stopping: nothing new starts, and fetching stays paused. */
+		if (!st.shutdown_deadline)
+			start_attempts(&st);
+		/* Wait on the transfers only when they are all there is: Kafka had nothing. */
+		http_engine_poll(st.http, busy(&st) && !got_one ? 10 : 0);
 		handoff_poll(st.handoff);
-		if (now_ms() >= st.next_commit_ms)
-		{
-			tracker_commit(st.tracker, st.consumer, false);
-			st.next_commit_ms = now_ms() + COMMIT_INTERVAL_MS;
-		}
-		if (now_ms() >= st.next_report_ms)
-		{
-			report_stats(&st);
-			st.next_report_ms = now_ms() + REPORT_INTERVAL_MS;
-		}
-		if (!shutdown_deadline)
+		keep_books(&st);
+		if (!st.shutdown_deadline)
 			adjust_fetching(&st);
 	}
 
-	http_engine_free(st.http);
-	handoff_producer_free(st.handoff);
-	tracker_commit(st.tracker, st.consumer, true);
-	rd_kafka_consumer_close(st.consumer); /* its revoke still updates the backlog list */
-	partition_backlog_stop(st.backlogs);
-	rd_kafka_destroy(st.consumer);
-	for (int i = 0; i < st.n_lanes; i++)
-	{
-		drop_lane_messages(&st, st.lanes[i]);
-		free(st.lanes[i]->topic);
-		free(st.lanes[i]);
-	}
-	free(st.lanes);
-	for (int i = 0; i < st.n_dests; i++)
-	{
-		free(st.dests[i]->name);
-		free(st.dests[i]);
-	}
-	free(st.dests);
-	tracker_free(st.tracker);
-	pause_state_free(st.pauses);
-	if (admin)
-		admin_server_stop(admin);
-	config_watch_stop(st.watch);
-	log_info("event=stopped");
+	shut_down(&st);
 	return 0;
 }

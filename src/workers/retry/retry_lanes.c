@@ -134,3 +134,21 @@ drop_lane_messages(retry_state *st, lane *l)
 		queued_free(lane_pop(l));
 	(void) st;
 }
+
+void
+free_lanes_and_dests(retry_state *st)
+{
+	for (int i = 0; i < st->n_lanes; i++)
+	{
+		drop_lane_messages(st, st->lanes[i]);
+		free(st->lanes[i]->topic);
+		free(st->lanes[i]);
+	}
+	free(st->lanes);
+	for (int i = 0; i < st->n_dests; i++)
+	{
+		free(st->dests[i]->name);
+		free(st->dests[i]);
+	}
+	free(st->dests);
+}

@@ -1,8 +1,8 @@
 /*
  * retry_state.h: what `wal-worker retry` keeps in memory, shared by its files: retry.c
- * (the role: scheduling, outcomes, pausing, Kafka), retry_lanes.c (the messages held
- * per partition, and per-destination state) and retry_report.c (counters for
- * wal_delivery.destination_status).
+ * (the role: scheduling, pausing, Kafka, the loop), retry_delivery.c (an attempt and its
+ * outcome), retry_lanes.c (the messages held per partition, and per-destination state)
+ * and retry_report.c (counters for wal_delivery.destination_status).
  */
 #ifndef WAL_RETRY_STATE_H
 #define WAL_RETRY_STATE_H
@@ -12,6 +12,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/admin_server.h"
 #include "common/config_watch.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"
@@ -86,9 +87,11 @@ typedef struct retry_state
 	int n_lanes;
 	dest_state **dests;
 	int n_dests;
+	admin_server *admin;
 	bool assigned;
 	int64_t next_commit_ms;
 	int64_t next_report_ms;
+	int64_t shutdown_deadline; /* 0 until a stop is requested */
 	metric *delivered;
 	metric *failed;
 	metric *handed_off;
@@ -98,6 +101,13 @@ typedef struct retry_state
 	metric *window_gauge;
 	metric *backlog_gauge;
 } retry_state;
+
+/* A duration of the retry policy as this worker runs it (--time-scale). */
+static inline long
+scaled(const retry_state *st, long ms)
+{
+	return (long) (ms / st->opts->time_scale);
+}
 
 lane *lane_find(retry_state *st, const char *topic, int32_t partition);
 lane *lane_get(retry_state *st, const char *topic, int32_t partition);
@@ -110,7 +120,16 @@ void drop_lane_messages(retry_state *st, lane *l);
 void queued_free(queued *q);
 
 dest_state *dest_get(retry_state *st, const char *name);
+/* At shutdown: every lane with the messages it still holds, and every dest_state. */
+void free_lanes_and_dests(retry_state *st);
 const destination_config *partition_owner(const control_plane_config *config, int32_t partition);
+
+/* Starts an attempt of q (taken from its lane) at d; its answer decides where q goes. */
+void deliver_queued(retry_state *st, dest_state *ds, const destination_config *d, queued *q);
+/* Messages that cannot be retried go to the DLQ with their reason, whatever the pause. */
+void send_bad_to_dlq(retry_state *st, queued *q);
+/* The hand-off producer's callback: q's write to the next step or the DLQ was acknowledged. */
+void on_queued_handed_off(void *opaque, void *arg);
 
 /* Per destination and step this process owns: counters into destination_step_stats. */
 void report_stats(retry_state *st);
