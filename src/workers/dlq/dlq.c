@@ -50,6 +50,7 @@ typedef struct dlq_state
 	PGconn *db;
 	rd_kafka_t *consumer;
 	handoff_producer *replays;
+	admin_server *admin;
 	int64_t replaying[MAX_REPLAYS_OPEN]; /* dead letter ids written, not yet acked */
 	int n_replaying;
 	bool assigned;
@@ -338,80 +339,150 @@ dlq_config_json(void *arg)
 	return config_watch_json_for_peers(((dlq_state *) arg)->watch);
 }
 
-int
-run_dlq(const worker_options *opts)
+static void
+register_metrics(dlq_state *st)
 {
-	dlq_state st = {.opts = opts};
+	st->ingested = metric_counter(
+		"wal_dead_letters_ingested_total",
+		"DLQ messages written to wal_delivery.dead_letters (each alerted).", 0, NULL);
+	st->duplicates =
+		metric_counter("wal_dead_letters_redelivered_total",
+					   "DLQ messages consumed again and found already ingested.", 0, NULL);
+	st->alerts = metric_counter("wal_dead_letter_alerts_total",
+								"Dead letters alerted (webhook accepted, or metric only).", 1,
+								(const char *const[]){"origin"});
+	st->alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
+									   "Alerts the alert webhook did not accept.", 0, NULL);
+	st->replayed = metric_counter("wal_dead_letters_replayed_total",
+								  "Dead letters written back to retry step 1 on request.", 0, NULL);
+}
+
+static rd_kafka_t *
+create_consumer(dlq_state *st, char *errbuf, size_t errbuf_size)
+{
 	kafka_default defaults[] = {
 		{"group.id", "wal_delivery.dlq"},
 		{"enable.auto.commit", "false"},
 		{"auto.offset.reset", "earliest"},
 		{"client.id", "wal-worker-dlq"},
 	};
-	rd_kafka_topic_partition_list_t *topics;
-	rd_kafka_conf_t *conf;
-	admin_server *admin = NULL;
+	rd_kafka_conf_t *conf = kafka_conf_build(
+		defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
+		config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
+	rd_kafka_t *rk;
+
+	if (conf == NULL)
+		return NULL;
+	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+	rd_kafka_conf_set_opaque(conf, st);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
+	if (rk != NULL)
+		rd_kafka_poll_set_consumer(rk);
+	return rk;
+}
+
+/* The DLQ consumer and the replays' producer; false (logged) when librdkafka refuses them. */
+static bool
+connect_kafka(dlq_state *st)
+{
 	char errbuf[512];
 
-	stop_on_signals();
-	st.ingested = metric_counter(
-		"wal_dead_letters_ingested_total",
-		"DLQ messages written to wal_delivery.dead_letters (each alerted).", 0, NULL);
-	st.duplicates =
-		metric_counter("wal_dead_letters_redelivered_total",
-					   "DLQ messages consumed again and found already ingested.", 0, NULL);
-	st.alerts = metric_counter("wal_dead_letter_alerts_total",
-							   "Dead letters alerted (webhook accepted, or metric only).", 1,
-							   (const char *const[]){"origin"});
-	st.alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
-									  "Alerts the alert webhook did not accept.", 0, NULL);
-	st.replayed = metric_counter("wal_dead_letters_replayed_total",
-								 "Dead letters written back to retry step 1 on request.", 0, NULL);
+	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
+	st->replays = st->consumer ? handoff_producer_new(st->opts, config_watch_current(st->watch),
+													  on_replayed, st, errbuf, sizeof(errbuf))
+							   : NULL;
+	if (st->consumer == NULL || st->replays == NULL)
+	{
+		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+		return false;
+	}
+	return true;
+}
 
+static void
+subscribe_dlq_topic(dlq_state *st)
+{
+	rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+
+	rd_kafka_topic_partition_list_add(topics, config_watch_current(st->watch)->dlq_topic,
+									  RD_KAFKA_PARTITION_UA);
+	rd_kafka_subscribe(st->consumer, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+}
+
+/* The insert failed, so the message is not in the table: read it again from its offset. */
+static void
+read_again(dlq_state *st, const rd_kafka_message_t *rkm)
+{
+	rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(1);
+
+	rd_kafka_topic_partition_list_add(again, rd_kafka_topic_name(rkm->rkt), rkm->partition)
+		->offset = rkm->offset;
+	rd_kafka_seek_partitions(st->consumer, again, 5000);
+	rd_kafka_topic_partition_list_destroy(again);
+}
+
+/* One DLQ message into dead_letters; its offset is committed only once it is in the table. */
+static void
+take_message(dlq_state *st)
+{
+	rd_kafka_message_t *rkm = rd_kafka_consumer_poll(st->consumer, 200);
+
+	if (rkm == NULL)
+		return;
+	if (rkm->err)
+	{
+		if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+	}
+	else if (ingest(st, rkm))
+		rd_kafka_commit_message(st->consumer, rkm, 0);
+	else
+	{
+		/* From the last commit once the database is back. */
+		read_again(st, rkm);
+		sleep(1);
+	}
+	rd_kafka_message_destroy(rkm);
+}
+
+static void
+shut_down(dlq_state *st)
+{
+	rd_kafka_consumer_close(st->consumer);
+	rd_kafka_destroy(st->consumer);
+	/* Replays still in flight resolve their entries here, so the database goes after. */
+	handoff_producer_free(st->replays);
+	if (st->db)
+		PQfinish(st->db);
+	if (st->admin)
+		admin_server_stop(st->admin);
+	config_watch_stop(st->watch);
+	log_info("event=stopped");
+}
+
+int
+run_dlq(const worker_options *opts)
+{
+	dlq_state st = {.opts = opts};
+
+	stop_on_signals();
+	register_metrics(&st);
+	/* The config comes first: it names the brokers and the DLQ topic. */
 	st.watch = config_watch_start(opts, &stop_requested);
 	if (st.watch == NULL)
 		return stop_requested ? 0 : 1;
-	{
-		admin_handlers handlers = {dlq_ready, dlq_config_json, &st};
-
-		if (!role_start_admin(opts, &handlers, &admin))
-			return 1;
-	}
-	conf = kafka_conf_build(defaults, 4, config_watch_current(st.watch)->kafka_bootstrap_servers,
-							opts, errbuf, sizeof(errbuf));
-	if (conf == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+	if (!role_start_admin(opts, &(admin_handlers){dlq_ready, dlq_config_json, &st}, &st.admin))
 		return 1;
-	}
-	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
-	rd_kafka_conf_set_opaque(conf, &st);
-	st.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
-	if (st.consumer == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
+	if (!connect_kafka(&st))
 		return 1;
-	}
-	rd_kafka_poll_set_consumer(st.consumer);
-	st.replays = handoff_producer_new(opts, config_watch_current(st.watch), on_replayed, &st,
-									  errbuf, sizeof(errbuf));
-	if (st.replays == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
-		return 1;
-	}
-	topics = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(topics, config_watch_current(st.watch)->dlq_topic,
-									  RD_KAFKA_PARTITION_UA);
-	rd_kafka_subscribe(st.consumer, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
+	subscribe_dlq_topic(&st);
 	log_info("event=started topic=%s", config_watch_current(st.watch)->dlq_topic);
 
 	while (!stop_requested)
 	{
-		rd_kafka_message_t *rkm;
-
 		config_watch_poll(st.watch);
+		/* Every step below needs the database: wait for it. */
 		if (!ensure_db(&st))
 		{
 			sleep(1);
@@ -420,38 +491,9 @@ run_dlq(const worker_options *opts)
 		send_pending_alerts(&st);
 		replay_requested(&st);
 		handoff_poll(st.replays);
-		rkm = rd_kafka_consumer_poll(st.consumer, 200);
-		if (rkm == NULL)
-			continue;
-		if (rkm->err)
-		{
-			if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
-		}
-		else if (ingest(&st, rkm))
-			rd_kafka_commit_message(st.consumer, rkm, 0);
-		else
-		{
-			/* Not in the table: read it again from the last commit once the db is back. */
-			rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(1);
-
-			rd_kafka_topic_partition_list_add(again, rd_kafka_topic_name(rkm->rkt), rkm->partition)
-				->offset = rkm->offset;
-			rd_kafka_seek_partitions(st.consumer, again, 5000);
-			rd_kafka_topic_partition_list_destroy(again);
-			sleep(1);
-		}
-		rd_kafka_message_destroy(rkm);
+		take_message(&st);
 	}
 
-	rd_kafka_consumer_close(st.consumer);
-	rd_kafka_destroy(st.consumer);
-	handoff_producer_free(st.replays);
-	if (st.db)
-		PQfinish(st.db);
-	if (admin)
-		admin_server_stop(admin);
-	config_watch_stop(st.watch);
-	log_info("event=stopped");
+	shut_down(&st);
 	return 0;
 }
