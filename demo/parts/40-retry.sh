@@ -30,7 +30,8 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     h = r["headers"]
-    if h.get("idempotency-key") in ("order-4-created", "order-4-refund"):
+    # Idempotency-Key is "<topic>:<key>": keys are unique per topic.
+    if h.get("idempotency-key", "").split(":", 1)[-1] in ("order-4-created", "order-4-refund"):
         print(f'  {h["idempotency-key"]}  x-wal-attempt={h.get("x-wal-attempt")}  answered {r.get("status")}')
 PY
 psql -X -q <<'SQL'

@@ -170,7 +170,26 @@ kafka_producers_destroy(int flush_timeout_ms)
 	producer_all = producer_leader = NULL;
 }
 
-/* Adds the record's own headers (a JSON object of strings) to hdrs. */
+/*
+ * The names the relay and the workers' hand-offs write themselves. wal_enqueue refuses
+ * them in a record's headers; a row that has one anyway (written before that check) must
+ * still never stand in for the real value, so it is dropped here.
+ */
+static bool
+is_reserved_header(const char *name)
+{
+	static const char *const reserved[] = {
+		"idempotency-key",  "outbox-id",     "source-topic", "content-type", "created-at",
+		"source-partition", "source-offset", "destination",  "attempt",      "step-entered-at",
+		"step-jitter-ms",   "not-before",    "last-error",   "dead-reason"};
+
+	for (size_t i = 0; i < lengthof(reserved); i++)
+		if (pg_strcasecmp(name, reserved[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Adds the record's own headers (a JSON object of strings) to hdrs, after the relay's. */
 static void
 add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
 {
@@ -188,7 +207,8 @@ add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
 	{
 		if (tok == WJB_KEY)
 			name = pnstrdup(v.val.string.val, v.val.string.len);
-		else if (tok == WJB_VALUE && name != NULL && v.type == jbvString)
+		else if (tok == WJB_VALUE && name != NULL && v.type == jbvString &&
+				 !is_reserved_header(name))
 			rd_kafka_header_add(hdrs, name, -1, v.val.string.val, v.val.string.len);
 	}
 }

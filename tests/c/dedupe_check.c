@@ -46,6 +46,20 @@ main(void)
 	check("remembered", dedupe_seen(s, "k1", "a", 1), "k1/a not seen");
 	check("other_destination", !dedupe_seen(s, "k1", "b", 1), "k1/b seen");
 	check("no_concatenation_clash", !dedupe_seen(s, "k", "1a", 1), "k/1a seen as k1/a");
+	{
+		/* A record is (topic, key): the same key on another topic is another record. */
+		dedupe_pair on_a = dedupe_hash_pair(dedupe_hash_record("topic.a", "order-42"), "d");
+		dedupe_pair on_b = dedupe_hash_pair(dedupe_hash_record("topic.b", "order-42"), "d");
+		dedupe_pair split = dedupe_hash_pair(dedupe_hash_record("topic.", "aorder-42"), "d");
+		dedupe_set *t = dedupe_new(4, 1000);
+
+		dedupe_remember_pair(t, on_a, 0);
+		check("key_per_topic",
+			  dedupe_seen_pair(t, on_a, 1) && !dedupe_seen_pair(t, on_b, 1) &&
+				  !dedupe_seen_pair(t, split, 1),
+			  "the same key on another topic was seen");
+		dedupe_free(t);
+	}
 	dedupe_remember(s, "k1", "a", 2);
 	check("no_double_entry", dedupe_size(s) == 1, "remembering twice added twice");
 	/* TTL: gone at 1000 ms after it was remembered. */

@@ -49,6 +49,16 @@ def db():
         yield conn
 
 
+def record_key(request):
+    """The app's idempotency key of a request a destination received. A record is
+    identified to destinations as "<topic>:<key>" (keys are unique per topic only):
+    Idempotency-Key carries that, its topic being the X-Wal-Topic header."""
+    headers = request["headers"]
+    topic, identity = headers["x-wal-topic"], headers["idempotency-key"]
+    assert identity.startswith(topic + ":"), f"Idempotency-Key {identity!r} is not {topic}:<key>"
+    return identity[len(topic) + 1:]
+
+
 @pytest.fixture
 def unique():
     """A short unique suffix for topic, table and destination names."""

@@ -14,7 +14,8 @@ from pathlib import Path
 from conftest import connect
 from relay_helpers import wait_until
 
-WORKER = str(Path(__file__).resolve().parents[2] / "bin" / "wal-worker")
+# WAL_WORKER_BIN runs the tests against another build (e.g. to see a new test fail on an old one).
+WORKER = os.environ.get("WAL_WORKER_BIN") or str(Path(__file__).resolve().parents[2] / "bin" / "wal-worker")
 
 
 PEER_TOKEN = "test-peer-token-7f3a"

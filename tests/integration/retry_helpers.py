@@ -2,7 +2,7 @@
 time scale, and reading what destinations saw, for the retry and pause tests."""
 import signal
 
-from conftest import connect
+from conftest import connect, record_key
 from consumer_helpers import Worker
 from relay_helpers import wait_until
 
@@ -38,7 +38,7 @@ def attempt_of(request):
 
 
 def key_of(request):
-    return request["headers"]["idempotency-key"]
+    return record_key(request)
 
 
 def by_key(requests):

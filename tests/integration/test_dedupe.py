@@ -17,7 +17,7 @@ def test_dedupe_set_scenarios(tmp_path):
     lines = run.stdout.splitlines()
     assert run.returncode == 0, run.stdout
     results = {l.split()[0]: l.split(None, 1)[1] for l in lines if not l.startswith("rss_kb")}
-    assert set(results) == {"remembered", "other_destination", "no_concatenation_clash",
+    assert set(results) == {"remembered", "other_destination", "no_concatenation_clash", "key_per_topic",
                             "no_double_entry", "expires", "cap_evicts_oldest",
                             "ttl_zero_remembers_nothing", "recent_found", "evicted_gone",
                             "flat_footprint"}

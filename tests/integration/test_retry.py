@@ -13,7 +13,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from conftest import Destination, connect
+from conftest import Destination, connect, record_key
 from consumer_helpers import add_destination, wait_published
 from relay_helpers import make_topic, report, wait_all_stored, wait_until
 from retry_helpers import (TIME_SCALE, Fleet, attempt_of, by_key, dead_letters, destination_status,
@@ -96,7 +96,7 @@ def enqueue_one_by_one(topic, keys, pause=0.05):
 def latencies(dest, committed):
     first = {}
     for r in dest.requests():
-        k = r["headers"].get("idempotency-key")
+        k = record_key(r)
         if k in committed:
             first[k] = min(first.get(k, r["arrived_at"]), r["arrived_at"])
     assert set(first) == set(committed), "every record reached the healthy destination"
@@ -155,7 +155,7 @@ def test_twenty_failures_pause_everywhere_probes_only_then_ramped_recovery(tmp_p
         down.behave(status=200, delay_ms=100)
         wait_breaker(x, "closed", timeout=probe_every + 10)
         keys = set(before) | set(during)
-        wait_until(lambda: keys <= {r["headers"]["idempotency-key"] for r in down.requests("/x")
+        wait_until(lambda: keys <= {record_key(r) for r in down.requests("/x")
                                     if r["arrived_at"] > paused_at and attempt_of(r) > 1
                                     and r["arrived_at"] >= times[-1]}, 60,
                    what="every queued copy delivered after the recovery")
@@ -194,7 +194,7 @@ def test_a_permanent_probe_answer_sends_that_message_to_the_dlq_and_resumes(tmp_
         (dead_key, error, _, _, _), = dead_letters(x)
         assert error == "HTTP 400"
         wait_until(lambda: set(keys) - {dead_key} <= {
-            r["headers"]["idempotency-key"] for r in down.requests("/p") if attempt_of(r) > 1}, 30,
+            record_key(r) for r in down.requests("/p") if attempt_of(r) > 1}, 30,
             what="every other message delivered after the resume")
         assert destination_status(x)["last_probe_outcome"] == "permanent"
     finally:
@@ -248,7 +248,7 @@ def test_dead_letters_alert_once_replay_to_their_destination_and_resolve(tmp_pat
                                 (x,)).fetchone()[0] == 4
         wait_until(lambda: all(r[4] is not None for r in dead_letters(x)), 30,
                    what="every replayed entry resolved after its write to step 1")
-        wait_until(lambda: set(keys) <= {r["headers"]["idempotency-key"] for r in dest.requests("/d")
+        wait_until(lambda: set(keys) <= {record_key(r) for r in dest.requests("/d")
                                          if attempt_of(r) >= 2}, 30,
                    what="every replayed entry delivered through retry step 1")
         with connect() as conn:
@@ -298,7 +298,7 @@ def test_bad_retry_messages_go_to_the_dlq_with_a_reason_and_never_stall(tmp_path
                   headers=good)
         p.flush(10)
         got = dest.wait_for(2, "/b", timeout=30)
-        arrived = {r["headers"]["idempotency-key"] for r in got}
+        arrived = {record_key(r) for r in got}
         assert {f"good-{unique}", f"future-{unique}"} <= arrived, \
             "a message behind bad ones is delivered; a clock jump does not strand one"
         def errors():
@@ -363,7 +363,7 @@ def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, u
                     " WHERE destination = ANY(%s)", (list(names),))}
             gone = []
             for name, dest in names.items():
-                ok = {r["headers"]["idempotency-key"] for r in dest.requests("/t")
+                ok = {record_key(r) for r in dest.requests("/t")
                       if 200 <= r.get("status", 0) < 300}
                 gone += [(k, name) for k in keys if k not in ok and (k, name) not in dead]
             return gone, dead
@@ -377,7 +377,7 @@ def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, u
             seen = {}
             for r in dest.requests("/t"):
                 if 200 <= r.get("status", 0) < 300:
-                    k = r["headers"]["idempotency-key"]
+                    k = record_key(r)
                     seen[k] = seen.get(k, 0) + 1
             dups[name.split("-")[0]] = sum(v - 1 for v in seen.values())
         report(f"retry tally: 300 records x 3 destinations, kill -9 of a retry worker and a consumer:"

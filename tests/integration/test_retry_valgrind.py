@@ -5,7 +5,7 @@ import json
 import re
 import signal
 
-from conftest import Destination, connect
+from conftest import Destination, connect, record_key
 from consumer_helpers import Worker, add_destination, reset_destinations, wait_published
 from relay_helpers import ensure_extension, make_topic, wait_all_stored, wait_until
 from retry_helpers import TIME_SCALE, destination_status
@@ -41,7 +41,7 @@ def test_retry_worker_is_memory_clean_under_valgrind(tmp_path, kafka_bootstrap, 
         dest.behave(status=200)
         wait_until(lambda: destination_status(name)["breaker"] == "closed", 120,
                    what="the probe to resume it")
-        wait_until(lambda: {r["headers"]["idempotency-key"] for r in dest.requests("/v")
+        wait_until(lambda: {record_key(r) for r in dest.requests("/v")
                             if r.get("status") == 200} >= {f"v{i}-{unique}" for i in range(6)},
                    120, what="every record delivered after the resume")
         code = retry.stop(signal.SIGTERM, timeout=90)

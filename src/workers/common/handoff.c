@@ -41,8 +41,11 @@ struct handoff_producer
 	pending_write *to_resend;
 };
 
-/* A header's last value in place (librdkafka NUL-terminates it); the length stops at an
- * embedded NUL, as strndup did. */
+/*
+ * A header's first value in place (librdkafka NUL-terminates it); the length stops at an
+ * embedded NUL, as strndup did. The first: the relay and the hand-off write their own
+ * headers before anything a record brings, so a record can never stand in for them.
+ */
 static bool
 header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size_t *len)
 {
@@ -50,7 +53,7 @@ header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size
 	size_t size;
 
 	if (hdrs == NULL ||
-		rd_kafka_header_get_last(hdrs, name, &v, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || v == NULL)
+		rd_kafka_header_get(hdrs, 0, name, &v, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || v == NULL)
 		return false;
 	*value = v;
 	*len = strnlen(v, size);

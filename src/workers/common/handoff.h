@@ -46,7 +46,7 @@ typedef struct handoff_message
 				  * handoff_message_from_kafka; NULL when the caller filled the fields */
 } handoff_message;
 
-/* The last value of a message header as a malloc'd string, NULL when it has none. */
+/* The first value of a message header as a malloc'd string, NULL when it has none. */
 char *kafka_header_value(const rd_kafka_message_t *rkm, const char *name);
 
 /*

@@ -144,11 +144,15 @@ webhook_sign(const char *secret, const char *msg_id, long timestamp, const char 
 	return true;
 }
 
-static bool
-is_header_safe(const char *value)
+bool
+webhook_id_is_signable(const char *msg_id)
 {
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
+	size_t len = 0;
+
+	if (msg_id == NULL || msg_id[0] == '\0')
+		return false;
+	for (const unsigned char *p = (const unsigned char *) msg_id; *p; p++, len++)
+		if (*p < 0x20 || *p == 0x7f || len >= WEBHOOK_ID_MAX)
 			return false;
 	return true;
 }
@@ -159,7 +163,7 @@ webhook_add_header_lines(header_lines *headers, const char *secret, const char *
 {
 	char signature[WEBHOOK_SIGNATURE_SIZE];
 
-	if (!msg_id || msg_id[0] == '\0' || !is_header_safe(msg_id) || strlen(msg_id) > 300)
+	if (!webhook_id_is_signable(msg_id))
 		return false;
 	if (!webhook_sign(secret, msg_id, timestamp, body, body_len, signature, sizeof(signature)))
 		return false;

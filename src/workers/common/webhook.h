@@ -49,11 +49,17 @@ extern const int n_default_transient_statuses;
 bool webhook_sign(const char *secret, const char *msg_id, long timestamp, const char *body,
 				  size_t body_len, char *out, size_t out_size);
 
+/* The longest webhook-id signed: a record identity (topic:key) stays well inside it. */
+#define WEBHOOK_ID_MAX 512
+
 /*
- * Adds the three webhook-* headers. Returns false and adds nothing when signing fails or
- * msg_id is empty, longer than 300 bytes or holds a control character (it goes into a
- * header line, so CR/LF would inject headers).
+ * Whether msg_id can be a webhook-id: not empty, shorter than WEBHOOK_ID_MAX, no control
+ * character (it goes into a header line, so CR/LF would inject headers).
  */
+bool webhook_id_is_signable(const char *msg_id);
+
+/* Adds the three webhook-* headers; false, adding nothing, when msg_id is not signable or
+ * signing fails. */
 bool webhook_add_header_lines(header_lines *headers, const char *secret, const char *msg_id,
 							  long timestamp, const char *body, size_t body_len);
 

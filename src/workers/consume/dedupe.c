@@ -56,6 +56,17 @@ dedupe_hash_key(const char *key)
 	return k;
 }
 
+dedupe_key_hash
+dedupe_hash_record(const char *topic, const char *key)
+{
+	dedupe_key_hash k = {1469598103934665603ULL, 0x9e3779b97f4a7c15ULL};
+
+	/* Keys are unique per topic only: the topic is part of what identifies a record. */
+	hash_part(&k.a, &k.b, topic);
+	hash_part(&k.a, &k.b, key);
+	return k;
+}
+
 dedupe_pair
 dedupe_hash_pair(dedupe_key_hash key, const char *destination)
 {

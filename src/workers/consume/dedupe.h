@@ -1,5 +1,5 @@
 /*
- * dedupe.h: remembers which (idempotency key, destination) pairs were delivered, for a
+ * dedupe.h: remembers which (record, destination) pairs were delivered, for a
  * time-to-live and up to a fixed number of entries, so a redelivered record is not sent
  * to the same destination again. Best effort by design: once an entry expires or is
  * evicted the record may be sent again, which is why destinations dedupe too.
@@ -35,6 +35,8 @@ typedef struct dedupe_pair
 } dedupe_pair;
 
 dedupe_key_hash dedupe_hash_key(const char *key);
+/* A record's identity: its topic and its idempotency key (unique per topic only). */
+dedupe_key_hash dedupe_hash_record(const char *topic, const char *key);
 dedupe_pair dedupe_hash_pair(dedupe_key_hash key, const char *destination);
 bool dedupe_seen_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms);
 void dedupe_remember_pair(dedupe_set *set, dedupe_pair pair, int64_t now_ms);
