@@ -10,11 +10,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from conftest import Destination, connect
+from conftest import Destination, connect, record_key
 from consumer_helpers import Worker, add_destination, standard_webhooks_signature, wait_published
-from relay_helpers import duplicates, make_topic, report, wait_all_stored, wait_until
+from relay_helpers import duplicates, make_topic, read_topic, report, wait_all_stored, wait_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -68,8 +68,8 @@ def test_every_record_reaches_every_subscribed_destination_signed(tmp_path, work
             wait_published(conn)
         w = workers()
         got_a, got_b = a.wait_for(30), b.wait_for(30)
-        assert {r["headers"]["idempotency-key"] for r in got_a} == set(keys)
-        assert {r["headers"]["idempotency-key"] for r in got_b} == set(keys)
+        assert {record_key(r) for r in got_a} == set(keys)
+        assert {record_key(r) for r in got_b} == set(keys)
         for r in got_a:
             h = r["headers"]
             assert r["method"] == "POST" and r["path"] == "/hook"
@@ -79,7 +79,7 @@ def test_every_record_reaches_every_subscribed_destination_signed(tmp_path, work
             assert h["webhook-id"] == h["idempotency-key"]
             assert h["webhook-signature"] == standard_webhooks_signature(
                 SECRET, h["webhook-id"], h["webhook-timestamp"], r["body"].encode())
-            assert json.loads(r["body"]) == {"n": int(h["idempotency-key"][1:])}
+            assert json.loads(r["body"]) == {"n": int(record_key(r)[1:])}
         assert all(r["method"] == "PUT" and "webhook-signature" not in r["headers"] for r in got_b)
         wait_until(lambda: w.metric("wal_delivered_total", destination=f"a-{unique}") == 30, 10,
                    what="the delivered metric")
@@ -194,11 +194,11 @@ def test_kill9_of_a_consumer_mid_flight_repeated_loses_nothing(tmp_path, workers
             wait_until(lambda: len(d.requests()) >= target, 90, what=f"{target} deliveries")
             w.stop(signal.SIGKILL)
         workers()
-        wait_until(lambda: {r["headers"]["idempotency-key"] for r in d.requests()} >= set(keys),
+        wait_until(lambda: {record_key(r) for r in d.requests()} >= set(keys),
                    120, what="every record delivered after the restarts")
         seen = {}
         for r in d.requests():
-            seen.setdefault(r["headers"]["idempotency-key"], []).append(r)
+            seen.setdefault(record_key(r), []).append(r)
         report(f"consumer kill -9 x2 mid-flight: {n} records, all delivered, "
                f"{duplicates(seen)} duplicates")
     finally:
@@ -295,7 +295,7 @@ def test_a_changed_endpoint_and_method_apply_to_the_next_deliveries(tmp_path, wo
             wait_all_stored(conn, topic, 40)
         after = d.wait_for(20, path="/after")
         assert {r["method"] for r in after} == {"PUT"}
-        assert sorted(r["headers"]["idempotency-key"] for r in after) == sorted(f"a{i}" for i in range(1, 21))
+        assert sorted(record_key(r) for r in after) == sorted(f"a{i}" for i in range(1, 21))
         assert len(d.requests("/before")) == 20
     finally:
         d.stop()
@@ -393,7 +393,7 @@ def test_a_record_without_the_relays_headers_is_still_delivered(tmp_path, worker
         workers()
         [r] = d.wait_for(1)
         assert r["body"] == "no headers at all"
-        assert r["headers"]["idempotency-key"] == f"{topic}-0-0"
+        assert record_key(r) == f"{topic}-0-0"
         assert r["headers"]["content-type"] == "application/octet-stream"
     finally:
         d.stop()
@@ -404,7 +404,7 @@ def test_a_slow_dedicated_destination_does_not_slow_the_shared_ones(tmp_path, wo
     2 s per request served by its own dedicated consumer."""
     def fast_latencies(fast, keys_created):
         got = fast.wait_for(len(keys_created), timeout=60)
-        return sorted(r["arrived_at"] - keys_created[r["headers"]["idempotency-key"]] for r in got)
+        return sorted(r["arrived_at"] - keys_created[record_key(r)] for r in got)
 
     def enqueue(conn, topic, prefix, n):
         created = {}
@@ -490,4 +490,100 @@ def test_without_a_push_the_poll_finds_the_change(tmp_path, workers, unique):
         assert time.time() - changed_at < 15
         assert "event=config_changed" in w.output()
     finally:
+        d.stop()
+
+
+def test_the_same_key_on_two_topics_is_two_records_for_a_destination(tmp_path, workers, unique):
+    """Keys are unique per topic: a destination subscribed to both topics gets both
+    records, each identified as <topic>:<key> (Idempotency-Key and webhook-id)."""
+    first, second = f"c.twin1.{unique}", f"c.twin2.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, first)
+            make_topic(conn, second)
+            add_destination(conn, f"twin-{unique}", d.url, [first, second], secret=SECRET)
+            for topic in (first, second):
+                conn.execute("SELECT wal_enqueue(%s, %s::jsonb, 'order-42')", (topic, json.dumps({"t": topic})))
+                wait_all_stored(conn, topic, 1)
+            wait_published(conn)
+        workers()
+        got = d.wait_for(2)
+        time.sleep(1)  # a wrongly deduped copy would not come later either; extra ones would
+        got = d.requests()
+        assert sorted(r["headers"]["idempotency-key"] for r in got) == [f"{first}:order-42", f"{second}:order-42"]
+        for r in got:
+            h = r["headers"]
+            assert record_key(r) == "order-42" and json.loads(r["body"]) == {"t": h["x-wal-topic"]}
+            assert h["webhook-id"] == h["idempotency-key"]
+            assert h["webhook-signature"] == standard_webhooks_signature(
+                SECRET, h["webhook-id"], h["webhook-timestamp"], r["body"].encode())
+    finally:
+        d.stop()
+
+
+def test_a_copy_that_cannot_be_signed_is_a_dead_letter_and_never_sent_unsigned(
+        tmp_path, workers, kafka_bootstrap, unique):
+    """A record written to Kafka by someone else with a key holding a line break (the
+    outbox refuses such keys) cannot be signed: a destination with a secret never gets it
+    unsigned; it lands in the DLQ topic with the reason, and the records after it flow."""
+    topic = f"c.unsignable.{unique}"
+    d = Destination(tmp_path)
+    bad_key, long_key = f"bad\nkey-{unique}", "k" * 600
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"signed-{unique}", d.url, [topic], secret=SECRET)
+            wait_published(conn)
+            dlq = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        for key in (bad_key, long_key, f"good-{unique}"):
+            p.produce(topic, b"{}", headers=[("idempotency-key", key.encode()), ("source-topic", topic.encode()),
+                                             ("content-type", b"application/json")])
+        p.flush(10)
+        workers()
+        [good] = d.wait_for(1)
+        assert record_key(good) == f"good-{unique}" and "webhook-signature" in good["headers"]
+        dead = read_topic(kafka_bootstrap, dlq, [bad_key, long_key], timeout=30)
+        for key in (bad_key, long_key):
+            assert key in dead, f"{key[:20]!r} is not in the DLQ topic"
+            assert "cannot sign" in dead[key][0]["headers"]["last-error"]
+        time.sleep(1)
+        assert len(d.requests()) == 1, "an unsignable copy reached the destination"
+    finally:
+        d.stop()
+
+
+def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_path, workers, unique):
+    """The breaker is checked when a request starts, not only when it is queued: a slow
+    destination with one request in flight and the rest queued in the engine is paused;
+    from then on it gets nothing (its probe is the retry consumers' job), and the queued
+    copies go to retry step 1."""
+    topic = f"c.breaker.{unique}"
+    d = Destination(tmp_path)
+    d.behave(delay_ms=1500)
+    name = f"slow-{unique}"
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, name, d.url, [topic], max_in_flight=1)
+            wait_published(conn)
+        w = workers()
+        w.wait_ready()
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue_batch(%s, ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 30)))", (topic,))
+            wait_all_stored(conn, topic, 30)
+            d.wait_for(1, timeout=30)
+            wait_until(lambda: w.metric("wal_in_flight") is not None, 10, what="the in-flight gauge")
+            conn.execute("SELECT wal_delivery.pause_destination(%s, 1, 'test pause', interval '1 hour')", (name,))
+            paused_at = time.time()
+        wait_until(lambda: (w.metric("wal_breaker_open_handoffs_total", destination=name) or 0) >= 28, 30,
+                   what="the queued copies handed to step 1")
+        time.sleep(2)
+        late = [r for r in d.requests() if r["arrived_at"] > paused_at + 0.5]
+        assert late == [], f"{len(late)} requests reached the paused destination"
+        assert len(d.requests()) <= 2
+    finally:
+        with connect() as conn:
+            conn.execute("SELECT wal_delivery.resume_destination(%s)", (name,))
         d.stop()

@@ -92,6 +92,7 @@ struct delivery_request
 	long long submitted_at_ms;
 	long long started_at_ms;
 	const char *start_error; /* why it could not start (a static string) */
+	bool held;               /* the start gate kept it from starting */
 };
 
 struct http_engine
@@ -101,6 +102,8 @@ struct http_engine
 	int in_flight;
 	int waiting;
 	bool closing;
+	http_start_gate_fn gate;
+	void *gate_arg;
 	destination_state *buckets[DESTINATION_BUCKETS];
 	destination_state *ready_head;
 	destination_state *ready_tail;
@@ -451,6 +454,7 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 
 	result.curl_code = curl_result;
 	result.aborted = aborted;
+	result.held = r->held;
 	result.queued_ms = (long) ((was_in_flight ? r->started_at_ms : now) - r->submitted_at_ms);
 	result.elapsed_ms = was_in_flight ? (long) (now - r->started_at_ms) : 0;
 	result.response_excerpt = was_in_flight ? t->response_excerpt : "";
@@ -491,11 +495,45 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 	free_request(r);
 }
 
+/* Completes, unsent, every waiting request of a destination the gate holds. */
+static int
+complete_held_requests(http_engine *engine)
+{
+	int completed = 0;
+
+	if (engine->gate == NULL || engine->waiting == 0)
+		return 0;
+	for (int b = 0; b < DESTINATION_BUCKETS; b++)
+		for (destination_state *d = engine->buckets[b]; d; d = d->next_in_bucket)
+		{
+			delivery_request *held;
+
+			if (d->waiting_head == NULL || engine->gate(engine->gate_arg, d->name))
+				continue;
+			/* Detached first: a done callback may queue new requests for d. */
+			held = d->waiting_head;
+			engine->waiting -= d->waiting;
+			d->waiting = 0;
+			d->waiting_head = d->waiting_tail = NULL;
+			while (held)
+			{
+				delivery_request *r = held;
+
+				held = r->next_waiting;
+				r->held = true;
+				r->start_error = "held: the destination is paused";
+				complete_request(engine, r, CURLE_ABORTED_BY_CALLBACK, false);
+				completed++;
+			}
+		}
+	return completed;
+}
+
 /* Hands out free slots round-robin over ready destinations; returns how many completed. */
 static int
 start_waiting_requests(http_engine *engine)
 {
-	int completed = 0;
+	int completed = complete_held_requests(engine);
 
 	while (engine->ready_head &&
 		   (engine->max_total_in_flight <= 0 || engine->in_flight < engine->max_total_in_flight))
@@ -781,6 +819,13 @@ http_engine_poll(http_engine *engine, int timeout_ms)
 	/* Slots freed above go to waiting requests now, not one poll later. */
 	completed += start_waiting_requests(engine);
 	return completed;
+}
+
+void
+http_engine_set_start_gate(http_engine *engine, http_start_gate_fn gate, void *arg)
+{
+	engine->gate = gate;
+	engine->gate_arg = arg;
 }
 
 void

@@ -72,6 +72,7 @@ typedef struct
 								   * or "aborted: ..." */
 	const char *response_excerpt; /* the answer body's first bytes, for logs ("" if none) */
 	bool aborted;                 /* completed by http_engine_free, never answered */
+	bool held;                    /* never started: the start gate closed its destination */
 } http_result;
 
 typedef void (*http_done_fn)(void *opaque, const http_result *result);
@@ -98,6 +99,15 @@ bool http_engine_submit(http_engine *engine, const http_request *request, http_d
  * completed, or -1 on a curl multi error (logged).
  */
 int http_engine_poll(http_engine *engine, int timeout_ms);
+
+/*
+ * Asked right before a waiting request would start: false holds its destination, and
+ * every request of it still waiting completes at the next poll, never sent, with
+ * held = true (in flight ones run to their answer). Lets a caller whose destination was
+ * paused after it queued requests keep them from reaching it. NULL: no gate.
+ */
+typedef bool (*http_start_gate_fn)(void *arg, const char *destination);
+void http_engine_set_start_gate(http_engine *engine, http_start_gate_fn gate, void *arg);
 
 /* Makes a running or the next http_engine_poll return early; safe from any thread. */
 void http_engine_wakeup(http_engine *engine);

@@ -330,6 +330,7 @@ open_delivery_state(consumer_state *st)
 	char holder[128];
 
 	st->http = http_engine_new(256);
+	http_engine_set_start_gate(st->http, consumer_may_start, st);
 	st->dedupe =
 		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st->watch)->consumer_dedupe_ttl_ms);
 	st->tracker = tracker_new();

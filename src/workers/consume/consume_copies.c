@@ -85,6 +85,25 @@ hand_off(consumer_state *st, record_copy *copy, handoff_target target, const cha
 				 &copy->shared->msg, target, 1, error, not_before_s, copy);
 }
 
+/*
+ * Breaker open: no attempt while the destination is paused; its probe runs in the retry
+ * consumers. The copy queues in step 1 and the offset moves on.
+ */
+static void
+hand_off_breaker_open(consumer_state *st, record_copy *copy)
+{
+	const char *labels[] = {copy->destination};
+
+	metric_add(st->breaker_handoffs, 1, labels);
+	hand_off(st, copy, HANDOFF_RETRY_STEP_1, "breaker open: destination paused", -1);
+}
+
+bool
+consumer_may_start(void *arg, const char *destination)
+{
+	return !pause_state_is_paused(((consumer_state *) arg)->pauses, destination);
+}
+
 static void
 on_http_done(void *opaque, const http_result *result)
 {
@@ -99,6 +118,12 @@ on_http_done(void *opaque, const http_result *result)
 	{
 		/* Stopping: the copy stays open, so its offset is not committed. */
 		copy_free(copy);
+		return;
+	}
+	if (result->held)
+	{
+		/* Queued before the pause began, held at its start: the breaker is open. */
+		hand_off_breaker_open(st, copy);
 		return;
 	}
 	outcome = classify_http_result(result->curl_code, result->http_status,
@@ -128,15 +153,18 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 	http_request req;
 	header_lines headers;
 	bool submitted;
+	const char *refusal;
 
 	if (pause_state_is_paused(st->pauses, d->name))
 	{
-		/* Breaker open: no attempt while the destination is paused; its probe runs in
-		 * the retry consumers. The copy queues in step 1 and the offset moves on. */
-		const char *labels[] = {d->name};
-
-		metric_add(st->breaker_handoffs, 1, labels);
-		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "breaker open: destination paused", -1);
+		hand_off_breaker_open(st, copy);
+		return;
+	}
+	refusal = delivery_refusal(d, &copy->shared->msg);
+	if (refusal != NULL)
+	{
+		/* No attempt can ever send it: a dead letter with the reason, never dropped. */
+		hand_off(st, copy, HANDOFF_DLQ, refusal, -1);
 		return;
 	}
 	if (d->secret_unavailable)
@@ -154,40 +182,60 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
 }
 
-void
-handle_record(consumer_state *st, rd_kafka_message_t *rkm)
+/* The served destinations subscribed to topic, at most config->n_destinations of them. */
+static int
+find_targets(consumer_state *st, const control_plane_config *config, const char *topic,
+			 dedupe_key_hash key, int64_t now, const destination_config **targets,
+			 dedupe_pair *pairs, size_t *names_len)
 {
-	const control_plane_config *config = config_watch_current(st->watch);
-	const char *topic = rd_kafka_topic_name(rkm->rkt);
-	const destination_config *targets[256];
-	dedupe_pair pairs[256];
-	int n_targets = 0;
-	size_t names_len = 0;
-	int64_t now = now_ms();
-	tracked_record *record;
-	handoff_message msg;
-	dedupe_key_hash key;
-	shared_record *shared;
-	char *names;
+	int n = 0;
 
-	handoff_message_from_kafka(&msg, rkm, false);
-	key = dedupe_hash_key(msg.idempotency_key);
-	for (int i = 0; i < config->n_destinations && n_targets < 256; i++)
+	*names_len = 0;
+	for (int i = 0; i < config->n_destinations; i++)
 	{
 		const destination_config *d = &config->destinations[i];
 
 		if (!consumer_serves(st, d) || !destination_subscribes(d, topic))
 			continue;
-		pairs[n_targets] = dedupe_hash_pair(key, d->name);
-		if (dedupe_seen_pair(st->dedupe, pairs[n_targets], now))
+		pairs[n] = dedupe_hash_pair(key, d->name);
+		if (dedupe_seen_pair(st->dedupe, pairs[n], now))
 			continue;
-		names_len += strlen(d->name) + 1;
-		targets[n_targets++] = d;
+		*names_len += strlen(d->name) + 1;
+		targets[n++] = d;
 	}
+	return n;
+}
+
+void
+handle_record(consumer_state *st, rd_kafka_message_t *rkm)
+{
+	const control_plane_config *config = config_watch_current(st->watch);
+	const char *topic = rd_kafka_topic_name(rkm->rkt);
+	/* As many as the config has: no fixed limit on a topic's fan-out. */
+	int max_targets = config->n_destinations > 0 ? config->n_destinations : 1;
+	const destination_config **targets = malloc(sizeof(*targets) * max_targets);
+	dedupe_pair *pairs = malloc(sizeof(*pairs) * max_targets);
+	int n_targets;
+	size_t names_len;
+	tracked_record *record;
+	handoff_message msg;
+	shared_record *shared;
+	char *names;
+
+	if (targets == NULL || pairs == NULL)
+	{
+		log_error("event=out_of_memory msg=\"cannot keep a consumed record\"");
+		abort();
+	}
+	handoff_message_from_kafka(&msg, rkm, false);
+	n_targets = find_targets(st, config, topic, dedupe_hash_record(topic, msg.idempotency_key),
+							 now_ms(), targets, pairs, &names_len);
 	record = tracker_open(st->tracker, topic, rkm->partition, rkm->offset, n_targets);
 	if (n_targets == 0)
 	{
 		handoff_message_clear(&msg);
+		free(targets);
+		free(pairs);
 		return;
 	}
 	shared = malloc(sizeof(*shared) + sizeof(record_copy) * n_targets + names_len);
@@ -215,4 +263,6 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	}
 	for (int i = 0; i < n_targets; i++)
 		deliver_copy(st, &shared->copies[i], targets[i]);
+	free(targets);
+	free(pairs);
 }

@@ -56,6 +56,9 @@ bool consumer_serves(const consumer_state *st, const destination_config *d);
  */
 void handle_record(consumer_state *st, rd_kafka_message_t *rkm);
 
+/* The HTTP engine's start gate: nothing starts toward a paused destination. */
+bool consumer_may_start(void *arg, const char *destination);
+
 /* The hand-off producer's callback: a copy's retry or DLQ write was acknowledged. */
 void on_copy_handed_off(void *opaque, void *arg);
 
