@@ -190,114 +190,161 @@ typedef enum
 	ROW_TOPIC_NOT_READY    /* the reconciler has not created it yet: try again soon */
 } RowFate;
 
-/* Produces every claimed row and sorts the outcomes; runs inside the pass transaction. */
+/* The rows one pass claimed (SPI_tuptable), and what became of each on the way. */
+typedef struct ClaimedRows
+{
+	int n;
+	SPITupleTable *tt;
+	KafkaDelivery *deliveries;
+	RowFate *fate;
+	int64 *stored;   /* persisted: mark stored */
+	int64 *deferred; /* not persisted: try again after the backoff */
+	int64 *not_ready;
+	int n_not_ready;
+	const char *defer_reason; /* the first deferred row's */
+} ClaimedRows;
+
 static void
-ship_claimed_rows(PassResult *result, int backoff_ms)
+init_claimed_rows(ClaimedRows *rows)
 {
 	int n = (int) SPI_processed;
-	SPITupleTable *tt = SPI_tuptable;
-	KafkaDelivery *deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
-	int64 *stored = palloc(sizeof(int64) * Max(n, 1));
-	int64 *deferred = palloc(sizeof(int64) * Max(n, 1));
-	RowFate *fate = palloc0(sizeof(RowFate) * Max(n, 1));
-	int64 *not_ready = palloc(sizeof(int64) * Max(n, 1));
-	int n_not_ready = 0;
-	const char *defer_reason = NULL;
-	int wait_ms;
 
-	result->claimed = n;
-	for (int i = 0; i < n; i++)
+	rows->n = n;
+	rows->tt = SPI_tuptable;
+	rows->deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
+	rows->stored = palloc(sizeof(int64) * Max(n, 1));
+	rows->deferred = palloc(sizeof(int64) * Max(n, 1));
+	rows->fate = palloc0(sizeof(RowFate) * Max(n, 1));
+	rows->not_ready = palloc(sizeof(int64) * Max(n, 1));
+	rows->n_not_ready = 0;
+	rows->defer_reason = NULL;
+}
+
+/* Reads claimed row i into rec and its delivery's outbox id; says whether to produce it. */
+static RowFate
+read_claimed_row(ClaimedRows *rows, int i, KafkaRecord *rec)
+{
+	HeapTuple tup = rows->tt->vals[i];
+	TupleDesc desc = rows->tt->tupdesc;
+	bool isnull;
+	bytea *payload;
+
+	rows->deliveries[i].outbox_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	rec->topic = SPI_getvalue(tup, desc, 2);
+	rec->idempotency_key = SPI_getvalue(tup, desc, 3);
+	rec->key = SPI_getvalue(tup, desc, 4);
+	rec->headers_json = SPI_getvalue(tup, desc, 5);
+	rec->content_type = SPI_getvalue(tup, desc, 6);
+	payload = DatumGetByteaPP(SPI_getbinval(tup, desc, 7, &isnull));
+	rec->value = VARDATA_ANY(payload);
+	rec->value_len = VARSIZE_ANY_EXHDR(payload);
+	rec->created_at = SPI_getvalue(tup, desc, 8);
+	rec->acks = DatumGetInt16(SPI_getbinval(tup, desc, 9, &isnull));
+	if (isnull)
 	{
-		HeapTuple tup = tt->vals[i];
-		TupleDesc desc = tt->tupdesc;
-		bool isnull;
-		bytea *payload;
+		/* The topic was deleted (forced) after this row was enqueued. */
+		return ROW_TOPIC_DELETED;
+	}
+	if (!DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull)))
+	{
+		/* Produce only to topics the reconciler made, never auto-created ones. */
+		return DatumGetBool(SPI_getbinval(tup, desc, 11, &isnull)) ? ROW_TOPIC_UNCREATABLE
+																   : ROW_TOPIC_NOT_READY;
+	}
+	return ROW_PRODUCED;
+}
+
+/* Produces every row that may be; one librdkafka refuses at once counts as reported. */
+static void
+produce_claimed_rows(ClaimedRows *rows)
+{
+	for (int i = 0; i < rows->n; i++)
+	{
 		KafkaRecord rec;
 		rd_kafka_resp_err_t err;
 
-		deliveries[i].outbox_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		rec.topic = SPI_getvalue(tup, desc, 2);
-		rec.idempotency_key = SPI_getvalue(tup, desc, 3);
-		rec.key = SPI_getvalue(tup, desc, 4);
-		rec.headers_json = SPI_getvalue(tup, desc, 5);
-		rec.content_type = SPI_getvalue(tup, desc, 6);
-		payload = DatumGetByteaPP(SPI_getbinval(tup, desc, 7, &isnull));
-		rec.value = VARDATA_ANY(payload);
-		rec.value_len = VARSIZE_ANY_EXHDR(payload);
-		rec.created_at = SPI_getvalue(tup, desc, 8);
-		rec.acks = DatumGetInt16(SPI_getbinval(tup, desc, 9, &isnull));
-		if (isnull)
-		{
-			/* The topic was deleted (forced) after this row was enqueued. */
-			fate[i] = ROW_TOPIC_DELETED;
+		rows->fate[i] = read_claimed_row(rows, i, &rec);
+		if (rows->fate[i] != ROW_PRODUCED)
 			continue;
-		}
-		if (!DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull)))
-		{
-			/* Produce only to topics the reconciler made, never auto-created ones. */
-			fate[i] = DatumGetBool(SPI_getbinval(tup, desc, 11, &isnull)) ? ROW_TOPIC_UNCREATABLE
-																		  : ROW_TOPIC_NOT_READY;
-			continue;
-		}
-		err = kafka_produce(&rec, &deliveries[i]);
+		err = kafka_produce(&rec, &rows->deliveries[i]);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
-			deliveries[i].reported = true;
-			deliveries[i].err = err;
-			deliveries[i].status = RD_KAFKA_MSG_STATUS_NOT_PERSISTED;
+			rows->deliveries[i].reported = true;
+			rows->deliveries[i].err = err;
+			rows->deliveries[i].status = RD_KAFKA_MSG_STATUS_NOT_PERSISTED;
 		}
 	}
+}
+
+static void
+wait_for_delivery_reports(void)
+{
+	int wait_ms;
 
 	pgstat_report_activity(STATE_RUNNING, "wal_delivery relay: waiting for Kafka");
 	/* librdkafka reports every message within message.timeout.ms; stopping shortens it. */
 	wait_ms = ShutdownRequestPending ? relay_shutdown_flush_ms : relay_delivery_timeout_ms + 5000;
 	kafka_wait_for_deliveries(wait_ms, relay_shutdown_flush_ms);
+}
 
-	for (int i = 0; i < n; i++)
+static void
+mark_unshippable(int64 outbox_id, const char *reason)
+{
+	Oid types[2] = {INT8OID, TEXTOID};
+	Datum values[2] = {Int64GetDatum(outbox_id), CStringGetTextDatum(reason)};
+
+	spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
+}
+
+/*
+ * Sorts each row by its fate and delivery report: dead rows are marked unshippable here,
+ * row by row; the others are collected for write_sorted_rows.
+ */
+static void
+sort_claimed_rows(ClaimedRows *rows, PassResult *result)
+{
+	for (int i = 0; i < rows->n; i++)
 	{
-		KafkaDelivery *d = &deliveries[i];
+		KafkaDelivery *d = &rows->deliveries[i];
 
-		if (fate[i] == ROW_TOPIC_NOT_READY)
-			not_ready[n_not_ready++] = d->outbox_id;
-		else if (fate[i] == ROW_TOPIC_DELETED || fate[i] == ROW_TOPIC_UNCREATABLE)
+		if (rows->fate[i] == ROW_TOPIC_NOT_READY)
+			rows->not_ready[rows->n_not_ready++] = d->outbox_id;
+		else if (rows->fate[i] == ROW_TOPIC_DELETED || rows->fate[i] == ROW_TOPIC_UNCREATABLE)
 		{
-			Oid types[2] = {INT8OID, TEXTOID};
-			Datum values[2] = {
-				Int64GetDatum(d->outbox_id),
-				CStringGetTextDatum(fate[i] == ROW_TOPIC_DELETED
-										? "topic no longer exists in wal_delivery.topics"
-										: SPI_getvalue(tt->vals[i], tt->tupdesc, 12))};
-
-			spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
+			mark_unshippable(d->outbox_id,
+							 rows->fate[i] == ROW_TOPIC_DELETED
+								 ? "topic no longer exists in wal_delivery.topics"
+								 : SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 12));
 			result->unshippable++;
 		}
 		else if (d->err == RD_KAFKA_RESP_ERR_NO_ERROR && d->status == RD_KAFKA_MSG_STATUS_PERSISTED)
-			stored[result->stored++] = d->outbox_id;
+			rows->stored[result->stored++] = d->outbox_id;
 		else if (is_unshippable(d->err))
 		{
-			Oid types[2] = {INT8OID, TEXTOID};
-			Datum values[2] = {Int64GetDatum(d->outbox_id),
-							   CStringGetTextDatum(psprintf("Kafka refused the record: %s",
-															rd_kafka_err2str(d->err)))};
-
-			spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
+			mark_unshippable(d->outbox_id,
+							 psprintf("Kafka refused the record: %s", rd_kafka_err2str(d->err)));
 			result->unshippable++;
 		}
 		else
 		{
-			deferred[result->deferred++] = d->outbox_id;
-			if (defer_reason == NULL)
-				defer_reason = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
-								   ? rd_kafka_err2str(d->err)
-								   : "Kafka reported the record as possibly persisted";
+			rows->deferred[result->deferred++] = d->outbox_id;
+			if (rows->defer_reason == NULL)
+				rows->defer_reason = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
+										 ? rd_kafka_err2str(d->err)
+										 : "Kafka reported the record as possibly persisted";
 		}
 	}
+}
 
-	if (n_not_ready > 0)
+/* One statement per kind: not ready (deferred a second), stored, deferred for backoff_ms. */
+static void
+write_sorted_rows(const ClaimedRows *rows, const PassResult *result, int backoff_ms)
+{
+	if (rows->n_not_ready > 0)
 	{
 		Oid types[2] = {INT8ARRAYOID, TEXTOID};
 		Datum values[2] = {
-			int8_array(not_ready, n_not_ready),
+			int8_array(rows->not_ready, rows->n_not_ready),
 			CStringGetTextDatum("waiting for the reconciler to create the Kafka topic")};
 
 		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, interval '1 second')", 2,
@@ -306,20 +353,38 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	if (result->stored > 0)
 	{
 		Oid types[1] = {INT8ARRAYOID};
-		Datum values[1] = {int8_array(stored, result->stored)};
+		Datum values[1] = {int8_array(rows->stored, result->stored)};
 
 		spi_exec_or_fail("SELECT wal_delivery.mark_stored($1)", 1, types, values);
 	}
 	if (result->deferred > 0)
 	{
 		Oid types[3] = {INT8ARRAYOID, TEXTOID, INT4OID};
-		Datum values[3] = {int8_array(deferred, result->deferred),
-						   CStringGetTextDatum(defer_reason), Int32GetDatum(backoff_ms)};
+		Datum values[3] = {int8_array(rows->deferred, result->deferred),
+						   CStringGetTextDatum(rows->defer_reason), Int32GetDatum(backoff_ms)};
 
 		spi_exec_or_fail(
 			"SELECT wal_delivery.defer_shipping($1, $2, make_interval(secs => $3 / 1000.0))", 3,
 			types, values);
 	}
+}
+
+/*
+ * Produces every claimed row and sorts the outcomes; runs inside the pass transaction, so
+ * the rows are marked in the same transaction that claimed them.
+ */
+static void
+ship_claimed_rows(PassResult *result, int backoff_ms)
+{
+	ClaimedRows rows;
+
+	init_claimed_rows(&rows);
+	result->claimed = rows.n;
+	produce_claimed_rows(&rows);
+	/* Every row needs its report before anything is marked: only persisted means stored. */
+	wait_for_delivery_reports();
+	sort_claimed_rows(&rows, result);
+	write_sorted_rows(&rows, result, backoff_ms);
 }
 
 static void
@@ -409,6 +474,97 @@ ensure_producers(void)
 	return true;
 }
 
+/* SIGHUP: read the settings again. */
+static void
+reload_settings_if_asked(void)
+{
+	if (!ConfigReloadPending)
+		return;
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	/* Kafka settings may have changed: build the producers again. */
+	kafka_producers_destroy(relay_shutdown_flush_ms);
+}
+
+/*
+ * What a pass says about Kafka: logs the state it shows, moves the backoff, and returns
+ * how long to wait before the next pass (idle_ms when nothing says otherwise).
+ */
+static int
+wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
+{
+	if (pass->extension_missing)
+	{
+		enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
+		return idle_ms;
+	}
+	if (pass->deferred > 0 && pass->stored == 0)
+	{
+		enter_state(RELAY_KAFKA_DOWN,
+					psprintf("%d records deferred; they wait in the outbox.", pass->deferred));
+		*backoff_ms = *backoff_ms ? Min(*backoff_ms * 2, relay_max_backoff_ms) : 1000;
+		return *backoff_ms;
+	}
+	enter_state(RELAY_SHIPPING, NULL);
+	*backoff_ms = 0;
+	if (pass->claimed == relay_batch_size)
+		return 0; /* more is waiting */
+	return idle_ms;
+}
+
+/*
+ * One pass, unless there are no producers or, while backing off, Kafka does not answer.
+ * Returns how long to wait before the next one.
+ */
+static int
+ship_once(PassResult *pass, int *backoff_ms, int idle_ms)
+{
+	char fatal[512];
+
+	if (!ensure_producers())
+		return idle_ms;
+	if (*backoff_ms > 0 && !kafka_reachable(Min(*backoff_ms, 5000)))
+	{
+		enter_state(RELAY_KAFKA_DOWN, "Records wait in the outbox until Kafka answers.");
+		*backoff_ms = Min(*backoff_ms * 2, relay_max_backoff_ms);
+		return *backoff_ms;
+	}
+	run_pass(pass, Max(*backoff_ms, 1000));
+	if (kafka_producers_failed(fatal, sizeof(fatal)))
+	{
+		/* Unmarked rows are sent again by the new producers (at least once). */
+		ereport(LOG, (errmsg("wal_delivery relay: librdkafka fatal error, creating new producers"),
+					  errdetail_internal("%s", fatal)));
+		kafka_producers_destroy(0);
+	}
+	return wait_after_pass(pass, backoff_ms, idle_ms);
+}
+
+/* Relay 0's housekeeping, every maintenance_interval; not while the extension is missing. */
+static void
+maintain_when_due(int slot, const PassResult *pass, TimestampTz *next_maintenance)
+{
+	if (slot == 0 && GetCurrentTimestamp() >= *next_maintenance && !pass->extension_missing)
+	{
+		run_maintenance();
+		*next_maintenance =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_interval_ms);
+	}
+}
+
+/* Sleeps up to wait_ms; a commit's wal_enqueue (relay_wakeup) or a signal ends it early. */
+static void
+wait_for_work(int wait_ms)
+{
+	if (wait_ms > 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+}
+
 void
 wal_delivery_relay_main(Datum main_arg)
 {
@@ -427,73 +583,14 @@ wal_delivery_relay_main(Datum main_arg)
 	while (!ShutdownRequestPending)
 	{
 		PassResult pass = {0};
-		int wait_ms = relay_idle_interval_ms;
+		/* Read before a reload: a new idle interval applies from the next turn. */
+		int idle_ms = relay_idle_interval_ms;
+		int wait_ms;
 
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			/* Kafka settings may have changed: build the producers again. */
-			kafka_producers_destroy(relay_shutdown_flush_ms);
-		}
-
-		if (ensure_producers())
-		{
-			if (backoff_ms > 0 && !kafka_reachable(Min(backoff_ms, 5000)))
-			{
-				enter_state(RELAY_KAFKA_DOWN, "Records wait in the outbox until Kafka answers.");
-				backoff_ms = Min(backoff_ms * 2, relay_max_backoff_ms);
-				wait_ms = backoff_ms;
-			}
-			else
-			{
-				char fatal[512];
-
-				run_pass(&pass, Max(backoff_ms, 1000));
-				if (kafka_producers_failed(fatal, sizeof(fatal)))
-				{
-					/* Unmarked rows are sent again by the new producers (at least once). */
-					ereport(
-						LOG,
-						(errmsg(
-							 "wal_delivery relay: librdkafka fatal error, creating new producers"),
-						 errdetail_internal("%s", fatal)));
-					kafka_producers_destroy(0);
-				}
-				if (pass.extension_missing)
-					enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
-				else if (pass.deferred > 0 && pass.stored == 0)
-				{
-					enter_state(
-						RELAY_KAFKA_DOWN,
-						psprintf("%d records deferred; they wait in the outbox.", pass.deferred));
-					backoff_ms = backoff_ms ? Min(backoff_ms * 2, relay_max_backoff_ms) : 1000;
-					wait_ms = backoff_ms;
-				}
-				else
-				{
-					enter_state(RELAY_SHIPPING, NULL);
-					backoff_ms = 0;
-					if (pass.claimed == relay_batch_size)
-						wait_ms = 0; /* more is waiting */
-				}
-			}
-		}
-
-		if (slot == 0 && GetCurrentTimestamp() >= next_maintenance && !pass.extension_missing)
-		{
-			run_maintenance();
-			next_maintenance =
-				TimestampTzPlusMilliseconds(GetCurrentTimestamp(), maintenance_interval_ms);
-		}
-
-		if (wait_ms > 0)
-		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
-							 PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-		}
-		CHECK_FOR_INTERRUPTS();
+		reload_settings_if_asked();
+		wait_ms = ship_once(&pass, &backoff_ms, idle_ms);
+		maintain_when_due(slot, &pass, &next_maintenance);
+		wait_for_work(wait_ms);
 	}
 
 	kafka_producers_destroy(relay_shutdown_flush_ms);
