@@ -614,21 +614,25 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- One DLQ message into dead_letters; NULL when that Kafka position was ingested before
--- (a redelivery after a crash), so the caller raises no second alert.
+-- (a redelivery after a crash), so the caller raises no second alert. p_headers holds
+-- every Kafka header of the message as the worker read it (bytes that are not UTF-8
+-- escaped), so a field the worker could not take as is (a number out of range, say)
+-- is still there for on-call.
 CREATE FUNCTION wal_delivery.ingest_dead_letter(
     p_kafka_topic text, p_kafka_partition integer, p_kafka_offset bigint,
     p_topic text, p_idempotency_key text, p_destination text, p_outbox_id bigint,
-    p_content_type text, p_payload bytea, p_attempts integer, p_last_error text)
+    p_content_type text, p_payload bytea, p_attempts integer, p_last_error text,
+    p_headers jsonb)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_id bigint;
 BEGIN
     INSERT INTO wal_delivery.dead_letters (origin, topic, idempotency_key, destination, outbox_id,
-                                           content_type, payload, attempts, last_error,
+                                           headers, content_type, payload, attempts, last_error,
                                            kafka_topic, kafka_partition, kafka_offset)
     VALUES ('delivery', coalesce(p_topic, p_kafka_topic), coalesce(p_idempotency_key, ''),
-            p_destination, p_outbox_id, p_content_type, coalesce(p_payload, ''::bytea),
+            p_destination, p_outbox_id, p_headers, p_content_type, coalesce(p_payload, ''::bytea),
             coalesce(p_attempts, 0), coalesce(p_last_error, 'no reason given'),
             p_kafka_topic, p_kafka_partition, p_kafka_offset)
     ON CONFLICT (kafka_topic, kafka_partition, kafka_offset) WHERE kafka_offset IS NOT NULL
@@ -2283,7 +2287,7 @@ GRANT SELECT ON wal_delivery.outbox, wal_delivery.config_version, wal_delivery.b
 -- Dead letters: on-call resolves them; the dlq worker ingests, alerts and replays.
 GRANT SELECT, UPDATE (resolved_at, resolution) ON wal_delivery.dead_letters TO wal_delivery_admin;
 GRANT EXECUTE ON FUNCTION wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint,
-                                                          text, bytea, integer, text),
+                                                          text, bytea, integer, text, jsonb),
                           wal_delivery.dead_letters_to_alert(integer),
                           wal_delivery.mark_dead_letter_alerted(bigint),
                           wal_delivery.inspect_dead_letter(bigint),

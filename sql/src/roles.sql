@@ -66,7 +66,7 @@ GRANT SELECT ON wal_delivery.outbox, wal_delivery.config_version, wal_delivery.b
 -- Dead letters: on-call resolves them; the dlq worker ingests, alerts and replays.
 GRANT SELECT, UPDATE (resolved_at, resolution) ON wal_delivery.dead_letters TO wal_delivery_admin;
 GRANT EXECUTE ON FUNCTION wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint,
-                                                          text, bytea, integer, text),
+                                                          text, bytea, integer, text, jsonb),
                           wal_delivery.dead_letters_to_alert(integer),
                           wal_delivery.mark_dead_letter_alerted(bigint),
                           wal_delivery.inspect_dead_letter(bigint),

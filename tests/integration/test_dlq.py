@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from conftest import Destination, connect
 from consumer_helpers import Worker, add_destination, wait_published
 from relay_helpers import make_topic, wait_all_stored, wait_until
+from test_log import parse_logfmt
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +97,95 @@ def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_pat
             wait_until(lambda: dlq.metric("wal_dead_letter_alerts_failed_total") >= 2, 30,
                        what="the failed alerts counted")
             assert "event=dlq_message_without_headers" in dlq.output()
+            assert dlq.stop() == 0
+        finally:
+            if dlq.proc.poll() is None:
+                dlq.stop(signal.SIGKILL)
+    finally:
+        alerts.stop()
+
+
+HOSTILE_HEADER_SETS = [
+    {"outbox-id": "", "attempt": ""},
+    {"outbox-id": "100000000000000000000", "attempt": "99999999999"},
+    {"outbox-id": "-5", "attempt": "-1"},
+    {"outbox-id": "12abc", "attempt": "3 "},
+    {"idempotency-key": b"bad\xff\xfeutf8", "source-topic": b"\xc3\x28topic", "last-error": b"\xe2\x82"},
+    {"destination": b"d\x00nul", "content-type": b"text/\xffplain"},
+    {"idempotency-key": "k" * 70000},
+    {"last-error": "line\nbreak level=error event=forged"},
+]
+
+
+def test_hostile_headers_are_stored_with_what_is_valid_and_never_block_the_rest(tmp_path, kafka_bootstrap, unique):
+    """Every DLQ message is stored, whatever its headers hold (empty or out-of-range
+    numbers, invalid UTF-8, NUL bytes, huge values): with what is valid plus its raw
+    headers. A message that cannot be stored as is never blocks the ones after it."""
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i, hs in enumerate(HOSTILE_HEADER_SETS):
+        headers = [(k, v if isinstance(v, bytes) else v.encode()) for k, v in hs.items()]
+        p.produce("wal_delivery.dlq", f"hostile-{i}-{unique}".encode(), headers=headers)
+    p.produce("wal_delivery.dlq", f"after-{unique}".encode(),
+              headers=[("idempotency-key", b"fine"), ("destination", f"fine-{unique}".encode())])
+    p.flush(10)
+    dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
+    try:
+        with connect() as conn:
+            def stored():
+                return conn.execute(
+                    "SELECT convert_from(payload, 'UTF8'), outbox_id, attempts, idempotency_key, headers"
+                    " FROM wal_delivery.dead_letters WHERE convert_from(payload, 'UTF8') LIKE %s",
+                    (f"%-{unique}",)).fetchall()
+            wait_until(lambda: len(stored()) == len(HOSTILE_HEADER_SETS) + 1, 30,
+                       what="every hostile message and the one after them stored")
+            rows = {r[0]: r[1:] for r in stored()}
+        for i in range(4):  # numbers that are not in range are kept only in the raw headers
+            outbox_id, attempts, _, headers = rows[f"hostile-{i}-{unique}"]
+            assert outbox_id is None and attempts == 0
+            assert headers["outbox-id"] == HOSTILE_HEADER_SETS[i]["outbox-id"]
+        _, _, key, headers = rows[f"hostile-4-{unique}"]
+        assert key.startswith("bad") and "\\xff" in headers["idempotency-key"]
+        assert rows[f"after-{unique}"][2] == "fine"
+        assert dlq.proc.poll() is None, "the worker died"
+        assert "ingest_failed" not in dlq.output()
+        events = [parse_logfmt(line)["event"] for line in dlq.output().splitlines()]
+        assert "forged" not in events
+        assert dlq.stop() == 0
+    finally:
+        if dlq.proc.poll() is None:
+            dlq.stop(signal.SIGKILL)
+
+
+def test_a_hanging_alert_webhook_does_not_slow_ingestion(tmp_path, kafka_bootstrap, unique):
+    """Alerts go out beside ingestion: with a webhook that never answers, 30 dead letters
+    are in the table within seconds (not one per alert timeout); the alerts stay owed and
+    go out once the webhook answers; an answer's body is read and dropped, never logged."""
+    alerts = Destination(tmp_path)
+    alerts.behave(hang=True)
+    try:
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
+            wait_published(conn)
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        for i in range(30):
+            p.produce("wal_delivery.dlq", f"hang-{i}-{unique}".encode(),
+                      headers=[("idempotency-key", f"hang-{i}".encode()), ("destination", f"h-{unique}".encode())])
+        p.flush(10)
+        dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
+        try:
+            with connect() as conn:
+                started = time.time()
+                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s",
+                                                (f"h-{unique}",)).fetchone()[0] == 30, 30, what="30 dead letters")
+                assert time.time() - started < 10, "ingestion waited for the alert webhook"
+                assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
+                                    " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 30
+                alerts.control("reset", {})
+                alerts.behave(status=200, body_bytes=4096)
+                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
+                                                " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 0, 60,
+                           what="the owed alerts sent once the webhook answers")
+            assert "     " not in dlq.output(), "the webhook's answer body reached the worker's output"
             assert dlq.stop() == 0
         finally:
             if dlq.proc.poll() is None:

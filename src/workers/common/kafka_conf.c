@@ -8,6 +8,37 @@
 
 #include "log.h"
 
+/*
+ * librdkafka's own log lines (printed raw to stderr by default) become events of ours,
+ * one line each with its values escaped. Called from librdkafka's threads: log_event is
+ * one write per line.
+ */
+static void
+log_kafka_message(const rd_kafka_t *rk, int level, const char *facility, const char *message)
+{
+	log_level ours = level <= 3   ? LOG_ERROR
+					 : level == 4 ? LOG_WARN
+					 : level <= 6 ? LOG_INFO
+								  : LOG_DEBUG;
+
+	log_event(ours, __FILE__, __LINE__, "event=kafka_log client=%s facility=%s msg=\"%s\"",
+			  rk ? rd_kafka_name(rk) : "", facility, message);
+}
+
+/* Errors librdkafka reports beside a request: one clear event when no broker answers. */
+static void
+log_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	(void) opaque;
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		log_warn("event=kafka_unreachable client=%s error=\"%s\" msg=\"no broker answers; records "
+				 "wait and every write is tried again\"",
+				 rd_kafka_name(rk), reason);
+	else
+		log_warn("event=kafka_error client=%s code=%s error=\"%s\"", rd_kafka_name(rk),
+				 rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
+}
+
 static bool
 set_one(rd_kafka_conf_t *conf, const char *name, const char *value, char *errbuf,
 		size_t errbuf_size)
@@ -26,6 +57,9 @@ kafka_conf_build(const kafka_default *defaults, int n_defaults, const char *boot
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	bool have_bootstrap = bootstrap_from_config != NULL && bootstrap_from_config[0] != '\0';
+
+	rd_kafka_conf_set_log_cb(conf, log_kafka_message);
+	rd_kafka_conf_set_error_cb(conf, log_kafka_error);
 
 	for (int i = 0; i < n_defaults; i++)
 		if (!set_one(conf, defaults[i].name, defaults[i].value, errbuf, errbuf_size))

@@ -5,11 +5,12 @@
  * message consumed again after a crash writes nothing the second time (exactly once per
  * message). Its offset is committed only after the insert committed.
  *
- * Alerts: every dead letter, whether ingested here or written by the database itself (a
- * row whose processing failed for the last time), raises one alert: a metric, and a POST
- * to settings.dlq_alert_url when set. A row is marked alerted only after the webhook took
- * it, so alerts are at least once across crashes; a failing webhook is logged, counted
- * and tried again later, and never holds up ingestion.
+ * A message's headers are read defensively (dlq_message.c) and one that still cannot be
+ * stored as is is stored bare: only a database that is down makes the worker read a
+ * message again, so no message blocks the ones behind it.
+ *
+ * Alerts go out from a thread of their own (dlq_alerts.c), so a slow webhook never holds
+ * up ingestion.
  *
  * Replays: on-call's wal_delivery.replay_dead_letter() marks an entry; this worker writes
  * it to its destination's partition of retry step 1 and, once Kafka acknowledged that,
@@ -21,8 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-#include <jansson.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
@@ -36,10 +35,10 @@
 #include "common/metrics.h"
 #include "common/role_setup.h"
 #include "common/stop_signal.h"
+#include "dlq/dlq_alerts.h"
+#include "dlq/dlq_message.h"
 #include "roles.h"
 
-#define ALERT_CHECK_MS   1000 /* looking for dead letters still to alert */
-#define ALERT_RETRY_MS   5000 /* after the webhook failed */
 #define REPLAY_CHECK_MS  1000
 #define MAX_REPLAYS_OPEN 256
 
@@ -53,62 +52,15 @@ typedef struct dlq_state
 	admin_server *admin;
 	int64_t replaying[MAX_REPLAYS_OPEN]; /* dead letter ids written, not yet acked */
 	int n_replaying;
+	dlq_alerts *alerts;
 	bool assigned;
-	int64_t next_alert_check_ms;
 	int64_t next_replay_check_ms;
 	metric *ingested;
 	metric *duplicates;
-	metric *alerts;
-	metric *alerts_failed;
+	metric *stored_bare;
+	metric *unstorable;
 	metric *replayed;
 } dlq_state;
-
-/* POSTs the alert for one dead letter; false (logged and counted) when the webhook failed. */
-static bool
-raise_alert(dlq_state *st, int64_t id, const char *origin, const char *topic, const char *key,
-			const char *destination, const char *error)
-{
-	const char *url = config_watch_current(st->watch)->dlq_alert_url;
-	json_t *body;
-	char *text;
-	CURL *curl;
-	struct curl_slist *headers = NULL;
-	long status = 0;
-	CURLcode rc;
-	bool ok;
-
-	log_warn("event=dead_letter id=%" PRId64 " origin=%s topic=%s key=%s destination=%s "
-			 "error=\"%s\"",
-			 id, origin, topic ? topic : "", key ? key : "", destination ? destination : "",
-			 error ? error : "");
-	metric_add(st->alerts, 1, (const char *const[]){origin});
-	if (url == NULL)
-		return true;
-	body = json_pack("{s:s, s:I, s:s, s:s?, s:s?, s:s?, s:s?}", "event", "dead_letter", "id",
-					 (json_int_t) id, "origin", origin, "topic", topic, "idempotency_key", key,
-					 "destination", destination, "last_error", error);
-	text = json_dumps(body, JSON_COMPACT);
-	curl = curl_easy_init();
-	headers = curl_slist_append(headers, "Content-Type: application/json");
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, text);
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
-	rc = curl_easy_perform(curl);
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-	ok = rc == CURLE_OK && status >= 200 && status <= 299;
-	if (!ok)
-	{
-		metric_add(st->alerts_failed, 1, NULL);
-		log_error("event=alert_failed id=%" PRId64 " url=%s error=\"%s\"", id, url,
-				  rc != CURLE_OK ? curl_easy_strerror(rc) : "non-2xx answer");
-	}
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(curl);
-	free(text);
-	json_decref(body);
-	return ok;
-}
 
 static bool
 ensure_db(dlq_state *st)
@@ -117,115 +69,113 @@ ensure_db(dlq_state *st)
 }
 
 /*
- * Inserts one DLQ message. True when it is safely in the table (new or seen before),
- * false when the database failed: then the offset must not be committed.
+ * Whether a failed call may succeed as is once the database is back: connection loss,
+ * shutdown, lack of resources, a serialization conflict. Anything else is about the
+ * data, and retrying it would block every message behind it forever.
  */
 static bool
+is_transient_db_failure(PGconn *db, const PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	if (PQstatus(db) != CONNECTION_OK || state == NULL)
+		return true;
+	return strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
+		   strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
+		   strncmp(state, "58", 2) == 0;
+}
+
+/* One insert of a DLQ message through ingest_dead_letter; values as its 12 parameters. */
+static PGresult *
+insert_dead_letter(dlq_state *st, const char *const values[12], int payload_len)
+{
+	int lengths[12] = {[8] = payload_len};
+	int formats[12] = {[8] = 1}; /* the payload goes in as raw bytes */
+
+	return PQexecParams(
+		st->db,
+		"SELECT wal_delivery.ingest_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, "
+		"$10, $11, $12)",
+		12, NULL, values, lengths, formats, 0);
+}
+
+typedef enum
+{
+	INGESTED,
+	INGEST_RETRY,   /* the database failed: read the message again later */
+	INGEST_SKIPPED, /* not even its bare form could be stored: logged and counted */
+} ingest_result;
+
+/*
+ * Inserts one DLQ message. Its fields are read defensively (dlq_message.c); should the
+ * insert still fail on its data, the message is stored in a bare form (its position,
+ * payload and escaped headers, the error as last_error) rather than retried forever.
+ */
+static ingest_result
 ingest(dlq_state *st, const rd_kafka_message_t *rkm)
 {
-	char partition[16], offset[32];
-	char *topic = kafka_header_value(rkm, "source-topic");
-	char *key = kafka_header_value(rkm, "idempotency-key");
-	char *destination = kafka_header_value(rkm, "destination");
-	char *outbox_id = kafka_header_value(rkm, "outbox-id");
-	char *content_type = kafka_header_value(rkm, "content-type");
-	char *attempt = kafka_header_value(rkm, "attempt");
-	char *error = kafka_header_value(rkm, "last-error");
-	const char *values[11];
-	int lengths[11] = {0};
-	int formats[11] = {0};
+	char partition[16], offset[32], outbox_id[24], attempt[16];
+	dlq_message m;
+	const char *values[12];
 	PGresult *res;
-	bool ok;
+	ingest_result result = INGESTED;
 
+	dlq_message_read(&m, rkm);
 	snprintf(partition, sizeof(partition), "%d", rkm->partition);
 	snprintf(offset, sizeof(offset), "%" PRId64, rkm->offset);
+	snprintf(outbox_id, sizeof(outbox_id), "%" PRId64, m.outbox_id);
+	snprintf(attempt, sizeof(attempt), "%d", (int) m.attempt);
 	values[0] = rd_kafka_topic_name(rkm->rkt);
 	values[1] = partition;
 	values[2] = offset;
-	values[3] = topic;
-	values[4] = key;
-	values[5] = destination;
-	values[6] =
-		outbox_id && strspn(outbox_id, "0123456789") == strlen(outbox_id) ? outbox_id : NULL;
-	values[7] = content_type;
+	values[3] = m.topic;
+	values[4] = m.idempotency_key;
+	values[5] = m.destination;
+	values[6] = m.has_outbox_id ? outbox_id : NULL;
+	values[7] = m.content_type;
 	values[8] = rkm->payload ? rkm->payload : "";
-	lengths[8] = (int) rkm->len;
-	formats[8] = 1; /* the payload goes in as raw bytes */
-	values[9] = attempt && strspn(attempt, "0123456789") == strlen(attempt) ? attempt : NULL;
-	values[10] = error;
-	if (topic == NULL || key == NULL)
+	values[9] = m.has_attempt ? attempt : NULL;
+	values[10] = m.last_error;
+	values[11] = m.headers_json;
+	if (m.topic == NULL || m.idempotency_key == NULL)
 		log_warn("event=dlq_message_without_headers partition=%d offset=%" PRId64
 				 " msg=\"ingesting with what it has\"",
 				 rkm->partition, rkm->offset);
 
-	res = PQexecParams(st->db,
-					   "SELECT wal_delivery.ingest_dead_letter($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-					   "$10, $11)",
-					   11, NULL, values, lengths, formats, 0);
-	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-	if (!ok)
-		log_error("event=ingest_failed partition=%d offset=%" PRId64 " error=\"%s\"",
-				  rkm->partition, rkm->offset, strtok(PQerrorMessage(st->db), "\n"));
+	res = insert_dead_letter(st, values, (int) rkm->len);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK && !is_transient_db_failure(st->db, res))
+	{
+		char reason[1024];
+
+		snprintf(reason, sizeof(reason), "stored bare, its fields refused: %s",
+				 PQresultErrorMessage(res));
+		log_warn("event=dlq_message_stored_bare partition=%d offset=%" PRId64 " error=\"%s\"",
+				 rkm->partition, rkm->offset, PQresultErrorMessage(res));
+		metric_add(st->stored_bare, 1, NULL);
+		PQclear(res);
+		values[3] = values[4] = values[5] = values[6] = values[7] = values[9] = NULL;
+		values[10] = reason;
+		res = insert_dead_letter(st, values, (int) rkm->len);
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		result = is_transient_db_failure(st->db, res) ? INGEST_RETRY : INGEST_SKIPPED;
+		log_error("event=ingest_failed partition=%d offset=%" PRId64 " error=\"%s\" next=%s",
+				  rkm->partition, rkm->offset, PQresultErrorMessage(res),
+				  result == INGEST_RETRY ? "read_again" : "skipped");
+		if (result == INGEST_SKIPPED)
+			metric_add(st->unstorable, 1, NULL);
+	}
 	else if (PQgetisnull(res, 0, 0))
 		metric_add(st->duplicates, 1, NULL);
 	else
 	{
 		metric_add(st->ingested, 1, NULL);
-		st->next_alert_check_ms = 0; /* alert it now */
+		alerts_wake(st->alerts);
 	}
 	PQclear(res);
-	free(topic);
-	free(key);
-	free(destination);
-	free(outbox_id);
-	free(content_type);
-	free(attempt);
-	free(error);
-	return ok;
-}
-
-/* ---------------------------------------------------------------- alerts */
-
-static void
-mark_alerted(dlq_state *st, const char *id)
-{
-	const char *values[1] = {id};
-	PGresult *res = PQexecParams(st->db, "SELECT wal_delivery.mark_dead_letter_alerted($1)", 1,
-								 NULL, values, NULL, NULL, 0);
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		log_error("event=mark_alerted_failed id=%s error=\"%s\" msg=\"it will be alerted again\"",
-				  id, strtok(PQerrorMessage(st->db), "\n"));
-	PQclear(res);
-}
-
-/* Alerts every dead letter not alerted yet, oldest first; stops at a failing webhook. */
-static void
-send_pending_alerts(dlq_state *st)
-{
-	PGresult *res;
-
-	if (now_ms() < st->next_alert_check_ms)
-		return;
-	st->next_alert_check_ms = now_ms() + ALERT_CHECK_MS;
-	res = PQexec(st->db, "SELECT id, origin, topic, idempotency_key, destination, last_error "
-						 "FROM wal_delivery.dead_letters_to_alert(100)");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		log_error("event=alert_query_failed error=\"%s\"", strtok(PQerrorMessage(st->db), "\n"));
-	for (int r = 0; PQresultStatus(res) == PGRES_TUPLES_OK && r < PQntuples(res); r++)
-	{
-		const char *v[6];
-
-		for (int c = 0; c < 6; c++)
-			v[c] = PQgetisnull(res, r, c) ? NULL : PQgetvalue(res, r, c);
-		if (!raise_alert(st, strtoll(v[0], NULL, 10), v[1], v[2], v[3], v[4], v[5]))
-		{
-			st->next_alert_check_ms = now_ms() + (int64_t) (ALERT_RETRY_MS / st->opts->time_scale);
-			break;
-		}
-		mark_alerted(st, v[0]);
-	}
-	PQclear(res);
+	dlq_message_clear(&m);
+	return result;
 }
 
 /* ---------------------------------------------------------------- replays */
@@ -348,11 +298,16 @@ register_metrics(dlq_state *st)
 	st->duplicates =
 		metric_counter("wal_dead_letters_redelivered_total",
 					   "DLQ messages consumed again and found already ingested.", 0, NULL);
-	st->alerts = metric_counter("wal_dead_letter_alerts_total",
-								"Dead letters alerted (webhook accepted, or metric only).", 1,
-								(const char *const[]){"origin"});
-	st->alerts_failed = metric_counter("wal_dead_letter_alerts_failed_total",
-									   "Alerts the alert webhook did not accept.", 0, NULL);
+	st->stored_bare = metric_counter(
+		"wal_dead_letters_stored_bare_total",
+		"DLQ messages whose fields the database refused, stored with their position, payload "
+		"and raw headers only.",
+		0, NULL);
+	st->unstorable = metric_counter(
+		"wal_dead_letters_unstorable_total",
+		"DLQ messages that could not be stored even bare (logged with their position; their "
+		"offsets were committed so the rest could go on).",
+		0, NULL);
 	st->replayed = metric_counter("wal_dead_letters_replayed_total",
 								  "Dead letters written back to retry step 1 on request.", 0, NULL);
 }
@@ -435,7 +390,7 @@ take_message(dlq_state *st)
 		if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
 	}
-	else if (ingest(st, rkm))
+	else if (ingest(st, rkm) != INGEST_RETRY)
 		rd_kafka_commit_message(st->consumer, rkm, 0);
 	else
 	{
@@ -449,6 +404,7 @@ take_message(dlq_state *st)
 static void
 shut_down(dlq_state *st)
 {
+	alerts_stop(st->alerts);
 	rd_kafka_consumer_close(st->consumer);
 	rd_kafka_destroy(st->consumer);
 	/* Replays still in flight resolve their entries here, so the database goes after. */
@@ -474,21 +430,22 @@ run_dlq(const worker_options *opts)
 		return stop_requested ? 0 : 1;
 	if (!role_start_admin(opts, &(admin_handlers){dlq_ready, dlq_config_json, &st}, &st.admin))
 		return 1;
-	if (!connect_kafka(&st))
+	if (!connect_kafka(&st) || (st.alerts = alerts_start(opts)) == NULL)
 		return 1;
+	alerts_set_url(st.alerts, config_watch_current(st.watch)->dlq_alert_url);
 	subscribe_dlq_topic(&st);
 	log_info("event=started topic=%s", config_watch_current(st.watch)->dlq_topic);
 
 	while (!stop_requested)
 	{
-		config_watch_poll(st.watch);
+		if (config_watch_poll(st.watch))
+			alerts_set_url(st.alerts, config_watch_current(st.watch)->dlq_alert_url);
 		/* Every step below needs the database: wait for it. */
 		if (!ensure_db(&st))
 		{
 			sleep(1);
 			continue;
 		}
-		send_pending_alerts(&st);
 		replay_requested(&st);
 		handoff_poll(st.replays);
 		take_message(&st);
