@@ -412,3 +412,39 @@ def test_a_destination_deleted_with_queued_retries_sends_them_to_the_dlq(tmp_pat
         assert len(down.requests("/x")) == 5, "no attempt after the deletion"
     finally:
         down.stop()
+
+
+def test_a_retry_message_that_cannot_be_signed_is_a_dead_letter_never_sent_unsigned(
+        tmp_path, fleet, unique, kafka_bootstrap):
+    topic, x = f"r.unsigned.{unique}", f"signed-{unique}"
+    dest = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, x, dest.url + "/s", [topic])
+            conn.execute("INSERT INTO wal_delivery.destination_secrets VALUES (%s, %s)",
+                         (x, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
+            wait_published(conn)
+            partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
+                                     " WHERE name = %s", (x,)).fetchone()[0]
+        fleet.start_ready("retry", "dlq")
+        entered = str(int(time.time() * 1000) - 60000)
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        for key in (f"line\nbreak-{unique}", f"ok-{unique}"):
+            p.produce("wal_delivery.retry.1", value=b"{}", partition=partition,
+                      headers=[("idempotency-key", key), ("source-topic", topic), ("destination", x),
+                               ("step-entered-at", entered)])
+        p.flush(10)
+        [ok] = dest.wait_for(1, "/s", timeout=30)
+        assert record_key(ok) == f"ok-{unique}" and "webhook-signature" in ok["headers"]
+
+        def reason():
+            with connect() as conn:
+                row = conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE idempotency_key = %s",
+                                   (f"line\nbreak-{unique}",)).fetchone()
+            return row and row[0]
+        wait_until(reason, 30, what="the unsignable message in dead_letters")
+        assert "cannot sign" in reason()
+        assert len(dest.requests("/s")) == 1, "an unsigned copy reached the destination"
+    finally:
+        dest.stop()

@@ -160,10 +160,19 @@ on_http_done(void *opaque, const http_result *result)
 void
 deliver_queued(retry_state *st, dest_state *ds, const destination_config *d, queued *q)
 {
+	const char *refusal = delivery_refusal(d, &q->m.msg);
 	header_lines headers;
-	http_request req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &headers);
+	http_request req;
 	bool submitted;
 
+	if (refusal != NULL)
+	{
+		/* No attempt could ever send it (e.g. it cannot be signed): the DLQ, with why. */
+		snprintf(q->error, sizeof(q->error), "%s", refusal);
+		hand_off(st, q, HANDOFF_DLQ, q->m.attempt, -1);
+		return;
+	}
+	req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &headers);
 	if (ds->window < d->max_in_flight)
 		req.max_in_flight = ds->window;
 	q->m.msg.owner = st;
