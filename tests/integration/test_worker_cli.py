@@ -68,3 +68,19 @@ def test_admin_port_zero_takes_a_free_port_and_logs_it_and_argv_stays_readable(k
 def test_admin_listen_must_be_an_address():
     out = run("dlq", "--admin-listen", "")
     assert out.returncode == 2 and "--admin-listen needs a numeric IP address" in out.stderr
+
+
+def test_a_database_without_the_extension_is_named_as_such_not_as_unreachable():
+    proc = subprocess.Popen([WORKER, "dlq", "--db", "dbname=postgres"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 20
+        while "event=no_config" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+        assert "event=no_config" in line
+        assert "has no wal_delivery extension" in line and "CREATE EXTENSION wal_delivery" in line
+        assert "unreachable" not in line
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -122,8 +122,8 @@ config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
 			w->next_poll_ms = now_ms() + w->poll_interval_ms;
 			return w;
 		}
-		log_error("event=no_config error=\"%s\" peers=%d msg=\"no configuration yet: the database "
-				  "is unreachable and no peer answered; retrying in %d ms\"",
+		log_error("event=no_config error=\"%s\" peers=%d msg=\"no configuration yet: not from the "
+				  "database (see error) and no peer answered; retrying in %d ms\"",
 				  errbuf, opts->n_peers, START_RETRY_MS);
 		for (int waited = 0; waited < START_RETRY_MS && !*stop; waited += 100)
 			usleep(100 * 1000);

@@ -173,7 +173,19 @@ config_load_from_db(PGconn *conn, char *errbuf, size_t errbuf_size)
 	PGresult *res = PQexec(conn, "SELECT wal_delivery.worker_config()::text");
 	control_plane_config *config = NULL;
 
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	/* The database answered: say what is wrong with it rather than "unreachable". */
+	if (state && (strcmp(state, "3F000") == 0 || strcmp(state, "42883") == 0))
+		snprintf(errbuf, errbuf_size,
+				 "the database is up but has no wal_delivery extension (run CREATE EXTENSION "
+				 "wal_delivery in the database the worker connects to, %s): %s",
+				 PQdb(conn), PQresultErrorMessage(res));
+	else if (state && strcmp(state, "42501") == 0)
+		snprintf(errbuf, errbuf_size,
+				 "the worker's role %s may not read the config (grant it wal_delivery_worker): %s",
+				 PQuser(conn), PQresultErrorMessage(res));
+	else if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		snprintf(errbuf, errbuf_size, "reading wal_delivery.worker_config(): %s",
 				 PQerrorMessage(conn));
 	else
