@@ -23,6 +23,7 @@ SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_bucket =
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_region = 'EU West'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_prefix = '/dead'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_prefix = 'dead/'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_prefix = 'dead/../other'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_s3_timeout = '0 seconds'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_max_run_time = '0 seconds'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET archive_batch_rows = 0$$);

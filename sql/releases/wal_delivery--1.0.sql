@@ -2003,8 +2003,11 @@ BEGIN
         PERFORM wal_delivery.refuse_setting('archive_s3_region must be a region name',
             NEW.archive_s3_region, 'For example us-east-1 or eu-west-1.');
     END IF;
-    IF NEW.archive_s3_prefix !~ '^([A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*)?$' THEN
-        PERFORM wal_delivery.refuse_setting('archive_s3_prefix must be path segments separated by "/", without a leading or trailing "/"',
+    -- A "." or ".." segment would be resolved away by libcurl before the request is sent:
+    -- the object would land under another key, with path style even in another bucket.
+    IF NEW.archive_s3_prefix !~ '^([A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*)?$'
+       OR NEW.archive_s3_prefix ~ '(^|/)\.\.?(/|$)' THEN
+        PERFORM wal_delivery.refuse_setting('archive_s3_prefix must be path segments separated by "/", without a leading or trailing "/" and without a "." or ".." segment',
             NEW.archive_s3_prefix, 'Use letters, digits, "_", ".", "=" and "-", for example wal_delivery/dead_letters.');
     END IF;
     IF NEW.archive_s3_timeout NOT BETWEEN interval '1 second' AND interval '1 hour'
@@ -2153,6 +2156,11 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Add pg_cron to shared_preload_libraries, set cron.database_name to this database, restart, then CREATE EXTENSION pg_cron.';
     END IF;
+    IF NOT has_schema_privilege('cron', 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for schema cron'
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'As a superuser: GRANT USAGE ON SCHEMA cron TO wal_delivery_admin (CREATE EXTENSION wal_delivery does it when pg_cron is installed first).';
+    END IF;
     EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job
         USING 'wal_delivery_archive_dead_letters', p_schedule, 'CALL wal_delivery.archive_dead_letters()';
     RETURN job;
@@ -2272,6 +2280,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.topics, wal_delivery.destin
       wal_delivery.archive_credentials TO wal_delivery_admin;
 GRANT SELECT, UPDATE ON wal_delivery.settings TO wal_delivery_admin;
 GRANT USAGE ON SEQUENCE wal_delivery.retry_partition_seq TO wal_delivery_admin;
+-- The validation triggers of those tables run with the rights of whoever writes the row,
+-- so the helpers they call must be the admin's too (they only inspect and raise). Kept
+-- invoker-rights on purpose: a check never needs more than its caller may do.
+GRANT EXECUTE ON FUNCTION wal_delivery.refuse_setting(text, text, text),
+                          wal_delivery.is_string_map(jsonb)
+    TO wal_delivery_admin;
 GRANT EXECUTE ON FUNCTION wal_delivery.worker_config(),
                           wal_delivery.desired_kafka_topics(),
                           wal_delivery.library_version()
@@ -2337,3 +2351,13 @@ GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
                           wal_delivery.schedule_dead_letter_archival(text)
     TO wal_delivery_admin;
 GRANT EXECUTE ON PROCEDURE wal_delivery.archive_dead_letters(jsonb) TO wal_delivery_admin;
+-- schedule_dead_letter_archival calls cron.schedule, which needs USAGE on pg_cron's schema.
+-- Granted here when pg_cron is installed first; otherwise a superuser grants it by hand
+-- (docs/operations.md, "Archiving dead letters with pg_cron").
+-- (pg_cron's objects are always in schema cron, whatever its extension's schema.)
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') AND to_regnamespace('cron') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA cron TO wal_delivery_admin;
+    END IF;
+END $$;

@@ -34,8 +34,11 @@ BEGIN
         PERFORM wal_delivery.refuse_setting('archive_s3_region must be a region name',
             NEW.archive_s3_region, 'For example us-east-1 or eu-west-1.');
     END IF;
-    IF NEW.archive_s3_prefix !~ '^([A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*)?$' THEN
-        PERFORM wal_delivery.refuse_setting('archive_s3_prefix must be path segments separated by "/", without a leading or trailing "/"',
+    -- A "." or ".." segment would be resolved away by libcurl before the request is sent:
+    -- the object would land under another key, with path style even in another bucket.
+    IF NEW.archive_s3_prefix !~ '^([A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*)?$'
+       OR NEW.archive_s3_prefix ~ '(^|/)\.\.?(/|$)' THEN
+        PERFORM wal_delivery.refuse_setting('archive_s3_prefix must be path segments separated by "/", without a leading or trailing "/" and without a "." or ".." segment',
             NEW.archive_s3_prefix, 'Use letters, digits, "_", ".", "=" and "-", for example wal_delivery/dead_letters.');
     END IF;
     IF NEW.archive_s3_timeout NOT BETWEEN interval '1 second' AND interval '1 hour'
@@ -183,6 +186,11 @@ BEGIN
         RAISE EXCEPTION 'pg_cron is not installed in this database'
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Add pg_cron to shared_preload_libraries, set cron.database_name to this database, restart, then CREATE EXTENSION pg_cron.';
+    END IF;
+    IF NOT has_schema_privilege('cron', 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for schema cron'
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'As a superuser: GRANT USAGE ON SCHEMA cron TO wal_delivery_admin (CREATE EXTENSION wal_delivery does it when pg_cron is installed first).';
     END IF;
     EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job
         USING 'wal_delivery_archive_dead_letters', p_schedule, 'CALL wal_delivery.archive_dead_letters()';

@@ -51,6 +51,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.topics, wal_delivery.destin
       wal_delivery.archive_credentials TO wal_delivery_admin;
 GRANT SELECT, UPDATE ON wal_delivery.settings TO wal_delivery_admin;
 GRANT USAGE ON SEQUENCE wal_delivery.retry_partition_seq TO wal_delivery_admin;
+-- The validation triggers of those tables run with the rights of whoever writes the row,
+-- so the helpers they call must be the admin's too (they only inspect and raise). Kept
+-- invoker-rights on purpose: a check never needs more than its caller may do.
+GRANT EXECUTE ON FUNCTION wal_delivery.refuse_setting(text, text, text),
+                          wal_delivery.is_string_map(jsonb)
+    TO wal_delivery_admin;
 GRANT EXECUTE ON FUNCTION wal_delivery.worker_config(),
                           wal_delivery.desired_kafka_topics(),
                           wal_delivery.library_version()
@@ -116,3 +122,13 @@ GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
                           wal_delivery.schedule_dead_letter_archival(text)
     TO wal_delivery_admin;
 GRANT EXECUTE ON PROCEDURE wal_delivery.archive_dead_letters(jsonb) TO wal_delivery_admin;
+-- schedule_dead_letter_archival calls cron.schedule, which needs USAGE on pg_cron's schema.
+-- Granted here when pg_cron is installed first; otherwise a superuser grants it by hand
+-- (docs/operations.md, "Archiving dead letters with pg_cron").
+-- (pg_cron's objects are always in schema cron, whatever its extension's schema.)
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_cron') AND to_regnamespace('cron') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA cron TO wal_delivery_admin;
+    END IF;
+END $$;

@@ -198,6 +198,31 @@ def test_virtual_host_addressing(s3, bucket, db, unique):
     assert list(download(s3, bucket)) == summary["objects"]
 
 
+@pytest.mark.parametrize("path_style", [True, False], ids=["path style", "virtual-host style"])
+@pytest.mark.parametrize("prefix", [".", "..", "./dl", "dl/..", "a/./b", "a/../b", "../other-bucket"])
+def test_a_prefix_with_a_dot_segment_is_refused_and_nothing_leaves(s3, bucket, db, unique, path_style, prefix):
+    """libcurl would resolve "." and ".." before sending: the object would land under
+    another key, with path style even in another bucket. The setting refuses them (23514);
+    a key that has one anyway is refused at the request (22023), in both styles."""
+    topic = f"archtest.{unique}"
+    add_dead_letters(db, topic, 2)
+    endpoint = s3.endpoint if path_style else f"http://localhost:{s3.port}"
+    configure(db, endpoint, bucket, archive_s3_path_style=path_style)
+    state, message, hint = error_of(db, f"UPDATE wal_delivery.settings SET archive_s3_prefix = '{prefix}'")
+    assert state == "23514" and message.startswith("archive_s3_prefix must"), message
+    assert '"."' in message and '".."' in message
+    assert db.execute("SELECT archive_s3_prefix FROM wal_delivery.settings").fetchone()[0] == PREFIX
+    # Names with dots that are not whole segments are fine.
+    db.execute("UPDATE wal_delivery.settings SET archive_s3_prefix = 'dl.v1/..x/x..'")
+    db.execute(f"UPDATE wal_delivery.settings SET archive_s3_prefix = '{PREFIX}'")
+
+    key = f"{PREFIX}/{prefix}/dead-letters-1-2.ndjson.gz"
+    state, message, hint = error_of(db, f"SELECT * FROM wal_delivery.restore_dead_letters('{key}')")
+    assert state == "22023" and "path segment" in message, message
+    assert archive(db)["archived"] == 2, "the setting unchanged, archival goes on"
+    assert all(k.startswith(f"{PREFIX}/") for k in download(s3, bucket))
+
+
 def error_of(conn, sql):
     with pytest.raises(psycopg.Error) as err:
         conn.execute(sql)
