@@ -28,6 +28,10 @@ main(void)
 	log_info("event=precision value=%.*s", 3, "abcdef");
 	log_info("event=numbers i=%d l=%ld z=%zu i64=%" PRId64 " g=%g f=%.0f pct=100%%", -7,
 			 12345678901L, (size_t) 42, INT64_C(-9000000000), 0.5, 2.6);
+	log_info("event=not_utf8 value=%s text=\"%s\"",
+			 "a\xff\xc3"
+			 "(b",
+			 "ok \xc3\xa9 \xe2\x82");
 	log_info("event=plain value=%s", "simple");
 	return 0;
 }

@@ -31,13 +31,13 @@ def parse_logfmt(line):
 def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     binary = tmp_path / "log_check"
     built = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "tests/c/log_check.c",
-                            "src/workers/common/log.c", "-o", str(binary)],
+                            "src/workers/common/log.c", "src/workers/common/utf8.c", "-o", str(binary)],
                            cwd=ROOT, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=30)
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=30)  # fails on bad UTF-8
     assert run.returncode == 0
     lines = run.stderr.splitlines()
-    assert len(lines) == 10, lines
+    assert len(lines) == 11, lines
     events = {}
     for line in lines:
         fields = parse_logfmt(line)
@@ -57,3 +57,5 @@ def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     assert (n["i"], n["l"], n["z"], n["i64"], n["g"], n["f"], n["pct"]) == \
         ("-7", "12345678901", "42", "-9000000000", "0.5", "3", "100%")
     assert events["plain"]["value"] == "simple"
+    # Bytes that are not UTF-8 are escaped; valid multi-byte characters stay as they are.
+    assert events["not_utf8"]["value"] == "a\xff\xc3(b" and events["not_utf8"]["text"] == "ok é \xe2\x82"

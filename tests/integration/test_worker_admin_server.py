@@ -35,7 +35,7 @@ def driver_binary(tmp_path_factory):
         ["cc", "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "tests/c/admin_server_check.c",
          "src/workers/common/metrics.c", "src/workers/common/text_buffer.c",
          "src/workers/common/admin_server.c",
-         "src/workers/common/log.c", "-lmicrohttpd", "-lpthread", "-o", str(binary)],
+         "src/workers/common/log.c", "src/workers/common/utf8.c", "-lmicrohttpd", "-lpthread", "-o", str(binary)],
         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, f"the driver does not compile:\n{out.stderr}"
     return binary

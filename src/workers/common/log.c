@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "utf8.h"
+
 #define LOG_LINE_MAX 4096
 
 static const char *log_role = "wal-worker";
@@ -67,13 +69,13 @@ needs_quotes(const char *value, size_t n)
 	{
 		unsigned char c = (unsigned char) value[i];
 
-		if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f)
+		if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c >= 0x7f)
 			return true;
 	}
 	return false;
 }
 
-/* Appends value with ", \ and control characters escaped. */
+/* Appends value with ", \, control characters and bytes that are not UTF-8 escaped. */
 static void
 put_escaped(line_buffer *out, const char *value, size_t n)
 {
@@ -82,8 +84,14 @@ put_escaped(line_buffer *out, const char *value, size_t n)
 	for (size_t i = 0; i < n; i++)
 	{
 		unsigned char c = (unsigned char) value[i];
+		size_t seq = c >= 0x80 ? utf8_sequence_length((const unsigned char *) value + i, n - i) : 1;
 
-		if (c == '"' || c == '\\')
+		if (seq > 1)
+		{
+			put_text(out, value + i, seq);
+			i += seq - 1;
+		}
+		else if (c == '"' || c == '\\')
 		{
 			put_char(out, '\\');
 			put_char(out, (char) c);
@@ -94,7 +102,7 @@ put_escaped(line_buffer *out, const char *value, size_t n)
 			put_text(out, "\\r", 2);
 		else if (c == '\t')
 			put_text(out, "\\t", 2);
-		else if (c < 0x20 || c == 0x7f)
+		else if (c < 0x20 || c >= 0x7f)
 		{
 			put_text(out, "\\x", 2);
 			put_char(out, hex[c >> 4]);
