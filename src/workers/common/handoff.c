@@ -42,9 +42,10 @@ struct handoff_producer
 };
 
 /*
- * A header's first value in place (librdkafka NUL-terminates it); the length stops at an
- * embedded NUL, as strndup did. The first: the relay and the hand-off write their own
- * headers before anything a record brings, so a record can never stand in for them.
+ * A header's first value in place (librdkafka NUL-terminates it). The first: the relay
+ * and the hand-off write their own headers before anything a record brings, so a record
+ * can never stand in for them. A value with a NUL inside is no value: cut at the NUL, two
+ * different keys could become one and a record be dropped as the other's duplicate.
  */
 static bool
 header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size_t *len)
@@ -53,10 +54,11 @@ header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size
 	size_t size;
 
 	if (hdrs == NULL ||
-		rd_kafka_header_get(hdrs, 0, name, &v, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || v == NULL)
+		rd_kafka_header_get(hdrs, 0, name, &v, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || v == NULL ||
+		strnlen(v, size) != size)
 		return false;
 	*value = v;
-	*len = strnlen(v, size);
+	*len = size;
 	return true;
 }
 
