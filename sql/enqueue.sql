@@ -76,9 +76,105 @@ SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['{}'
 SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['{}', repeat('y', 1001)]::text[])$$);
 SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['{}']::jsonb[], headers => ARRAY['{"n": 1}']::jsonb[])$$);
 SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', NULL::jsonb[])$$);
+
+-- Idempotency keys: 1 to 200 bytes without control characters, so "<topic>:<key>" (topics
+-- are at most 249 bytes in Kafka) always makes a webhook-id a destination can be signed for.
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, repeat('k', 201))$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, E'tab\there')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::bytea, E'line\r\nbreak')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::text, E'del\x7f')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, E'unit\x1fsep')$$);
+-- Message keys: NULL or 1 to 1024 bytes; an empty one would send every record to one partition.
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, key => '')$$);
+
+-- Headers: names the relay and the workers write are refused in any case, naming the header.
+SELECT h AS reserved, (regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,
+                                         jsonb_build_object('trace-id', 'abc', h, 'x')))).*
+  FROM unnest(ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
+                    'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
+                    'step-jitter-ms', 'not-before', 'last-error', 'dead-reason',
+                    'Idempotency-Key', 'CONTENT-TYPE', 'Last-Error']) h;
+-- Names are HTTP tokens; values are strings without control characters; at most 64 headers.
+SELECT name, (regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,
+                                 jsonb_build_object(name, 'x')))).*
+  FROM unnest(ARRAY['', 'two words', 'colon:', E'new\nline', 'caf' || chr(233), 'a"b', 'a/b']) name;
+SELECT sqlstate, hint FROM regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,
+                                              jsonb_build_object(repeat('n', 257), 'x')));
+SELECT value, (regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,
+                                  jsonb_build_object('h', value)))).*
+  FROM unnest(ARRAY[E'crlf\r\ninjected: yes', E'tab\there', E'nul-ish\x01', E'del\x7f']) value;
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => '{"h": null}')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => '{"h": {"a": "b"}}')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => '["h", "v"]')$$);
+SELECT * FROM regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,
+                                 (SELECT jsonb_object_agg('h' || i, 'v') FROM generate_series(1, 65) i)));
+
+-- The whole record counts against the topic's limit: payload, idempotency key (a generated
+-- one is 36 bytes), message key, header names and values.
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', repeat('x', 995)::text, 'k-1234')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', repeat('x', 965)::text)$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', repeat('x', 990)::text, 'k-1', key => 'mk', headers => '{"h": "vvvvv"}')$$);
+
+-- Batches: every overload refuses a multi-dimensional array with the same error, and any
+-- array of the call that is one; NULL elements and misaligned arrays the same way.
+SELECT t AS payload_type, (regress.try(format($$SELECT wal_enqueue_batch('orders.events', ARRAY[['"a"', '"b"'], ['"c"', '"d"']]::%s[])$$, t))).*
+  FROM unnest(ARRAY['jsonb', 'text', 'bytea']) t;
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b', 'c', 'd']::text[], ARRAY[['k1', 'k2'], ['k3', 'k4']])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b', 'c', 'd']::text[], keys => ARRAY[['k1', 'k2'], ['k3', 'k4']])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b', 'c', 'd']::text[], headers => ARRAY[['{}', '{}'], ['{}', '{}']]::jsonb[])$$);
+SELECT t AS payload_type, (regress.try(format($$SELECT wal_enqueue_batch('orders.events', ARRAY['"a"', NULL]::%s[])$$, t))).*
+  FROM unnest(ARRAY['jsonb', 'text', 'bytea']) t;
+SELECT t AS payload_type, (regress.try(format($$SELECT wal_enqueue_batch('orders.events', NULL::%s[])$$, t))).*
+  FROM unnest(ARRAY['jsonb', 'text', 'bytea']) t;
+SELECT t AS payload_type, (regress.try(format($$SELECT wal_enqueue_batch('orders.events', ARRAY['"a"']::%s[], ARRAY['k-1', 'k-2'])$$, t))).*
+  FROM unnest(ARRAY['jsonb', 'text', 'bytea']) t;
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', '{}'::text[], ARRAY['k-1'])$$);
+-- A bad record of a batch gets the same SQLSTATE as in wal_enqueue, with its position.
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], ARRAY['ok', repeat('k', 201)])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], ARRAY['ok', ''])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], ARRAY['ok', E'a\nb'])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], keys => ARRAY['ok', repeat('m', 1025)])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], keys => ARRAY['ok', ''])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::bytea[], headers => ARRAY['{"ok": "1"}', '{"Outbox-Id": "1"}']::jsonb[])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', 'b']::text[], headers => ARRAY['{"ok": "1"}', E'{"h": "a\\r\\nb"}']::jsonb[])$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['a', repeat('y', 990)]::text[], ARRAY['k-1', 'k-2345678-1'])$$);
 SELECT count(*) - :rows_before AS rows_written_by_bad_input FROM wal_delivery.outbox;
--- The payload limit is the topic's: exactly at the limit is accepted.
-SELECT wal_enqueue('orders.events', repeat('x', 1000)::text, 'at-limit') IS NOT NULL AS at_limit_ok;
+-- The limit is the topic's and counts the whole record: exactly at the limit is accepted.
+SELECT wal_enqueue('orders.events', repeat('x', 992)::text, 'at-limit') IS NOT NULL AS at_limit_ok;
+SELECT wal_enqueue('orders.events', repeat('x', 964)::text) IS NOT NULL AS at_limit_generated_key_ok;
+SELECT wal_enqueue('orders.events', repeat('x', 990)::text, 'k-2', key => 'mk', headers => '{"h": "vvvv"}')
+       IS NOT NULL AS at_limit_with_key_and_headers_ok;
+SELECT cardinality(wal_enqueue_batch('orders.events', ARRAY['a', repeat('y', 990)]::text[], ARRAY['k-3', 'k-234567-1']))
+       AS at_limit_batch;
+SELECT wal_enqueue('orders.events', '{}'::jsonb, 'headers-64',
+                   headers => (SELECT jsonb_object_agg('h' || i, 'v') FROM generate_series(1, 64) i))
+       IS NOT NULL AS sixty_four_headers_ok;
+-- Header names are tokens in any case; a value may hold any printable text.
+SELECT wal_enqueue('orders.events', '{}'::jsonb, 'token-names',
+                   headers => jsonb_build_object('X-Trace_Id.v1!#$%&''*+^`|~', 'caf' || chr(233) || ' "quoted" ; a=b'))
+       IS NOT NULL AS token_names_ok;
+SELECT wal_enqueue('orders.events', '{}'::jsonb, 'long-name', headers => jsonb_build_object(repeat('n', 256), 'v'))
+       IS NOT NULL AS header_name_of_256_bytes_ok;
+SELECT wal_enqueue('orders.events', '{}'::jsonb, repeat('k', 200)) IS NOT NULL AS key_of_200_bytes_ok;
+SELECT wal_enqueue('orders.events', '{}'::jsonb, 'printable: ' || chr(233) || ' ~!@ "x"') IS NOT NULL AS printable_key_ok;
+
+-- On a topic of the default 1000000 bytes, 16384 bytes stay free under Kafka's message limit
+-- for the headers the workers add when they hand a record to a retry step.
+SELECT m, wal_delivery.record_limit(m) FROM unnest(ARRAY[1, 1000, 983616, 990000, 1000000, 5000000]) m;
+SELECT * FROM regress.try($$SELECT wal_enqueue('plain.events', repeat('x', 983608)::text, 'edge-2', key => 'k', headers => '{"h": "v"}')$$);
+SELECT wal_enqueue('plain.events', repeat('x', 983607)::text, 'edge-1', key => 'k', headers => '{"h": "v"}')
+       IS NOT NULL AS at_default_limit_ok;
+
+-- Arrays line up by position, whatever their lower bounds; empty arrays write nothing.
+SELECT cardinality(wal_enqueue_batch('plain.events', '[0:1]={"b-0","b-1"}'::text[], '[5:6]={lb-0,lb-1}'::text[],
+                                     '[2:3]={mk-0,mk-1}'::text[])) AS lower_bounds;
+SELECT idempotency_key, message_key, convert_from(payload, 'UTF8') AS payload FROM wal_delivery.outbox
+ WHERE idempotency_key LIKE 'lb-%' ORDER BY idempotency_key;
+SELECT cardinality(wal_enqueue_batch('plain.events', '[0:0]={"\\x01"}'::bytea[], ARRAY['lb-bytea'])) AS bytea_lower_bound;
+SELECT payload FROM wal_delivery.outbox WHERE idempotency_key = 'lb-bytea';
+SELECT cardinality(wal_enqueue_batch('plain.events', '{}'::jsonb[], '{}', '{}', '{}')) AS empty_arrays,
+       cardinality(wal_enqueue_batch('plain.events', '{}'::bytea[])) AS empty_bytea,
+       cardinality(wal_enqueue_batch('plain.events', '{}'::text[], NULL, NULL, NULL)) AS empty_text;
 
 -- The backlog view counts unshipped records by topic and state.
 SELECT topic, state, records, oldest_age >= interval '0' AS has_age

@@ -40,6 +40,55 @@ SELECT count(*) AS outbox_rows FROM wal_delivery.outbox WHERE topic = 'sec.event
 SELECT topic, records FROM wal_delivery.backlog WHERE topic = 'sec.events';
 RESET ROLE;
 
+-- The writer's door is wal_enqueue* and my_records, nothing else: every function of the
+-- extension a writer member may execute, and every relation it holds any privilege on.
+SELECT p.oid::regprocedure AS writer_may_execute
+  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'wal_delivery')
+   AND has_function_privilege('regress_app', p.oid, 'EXECUTE')
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
+SELECT c.oid::regclass AS writer_may_use,
+       array_to_string(ARRAY(SELECT x FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE',
+                                                         'REFERENCES', 'TRIGGER']) x
+                              WHERE has_table_privilege('regress_app', c.oid, x)), ',') AS privileges
+  FROM pg_class c
+ WHERE c.relnamespace = 'wal_delivery'::regnamespace AND c.relkind IN ('r', 'v', 'm', 'p', 'f')
+   AND (has_table_privilege('regress_app', c.oid, 'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER')
+        OR has_any_column_privilege('regress_app', c.oid, 'SELECT,INSERT,UPDATE,REFERENCES'))
+ ORDER BY c.oid::regclass::text COLLATE "C";
+SELECT c.oid::regclass AS writer_may_use_sequence FROM pg_class c
+ WHERE c.relnamespace = 'wal_delivery'::regnamespace
+   AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege('regress_app', c.oid, 'USAGE,SELECT,UPDATE') END;
+-- So a writer cannot reach the outbox around wal_enqueue's checks (any content type, any size).
+SET ROLE regress_app;
+SELECT * FROM regress.try($$SELECT wal_delivery.enqueue_payload('sec.events', '\x00'::bytea, E'text/x\r\nX-Evil: 1', 'door-1', NULL, NULL)$$);
+SELECT * FROM regress.try($$SELECT wal_delivery.enqueue_payload_batch('sec.events', ARRAY['\x00'::bytea], 'x', NULL, NULL, NULL)$$);
+RESET ROLE;
+SELECT count(*) AS rows_around_the_door FROM wal_delivery.outbox WHERE idempotency_key = 'door-1';
+
+-- my_records is the records of this login acting as this role: two logins that both
+-- SET ROLE wal_delivery_writer do not see each other's records.
+SET SESSION AUTHORIZATION regress_app;
+SET ROLE wal_delivery_writer;
+SELECT wal_enqueue('sec.events', '{"by": "app as writer"}'::jsonb, 'sec-shared-1') IS NOT NULL AS app_as_writer_enqueued;
+SELECT idempotency_key FROM wal_delivery.my_records ORDER BY idempotency_key;
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION regress_other_app;
+SET ROLE wal_delivery_writer;
+SELECT wal_enqueue('sec.events', '{"by": "other as writer"}'::jsonb, 'sec-shared-2') IS NOT NULL AS other_as_writer_enqueued;
+SELECT idempotency_key FROM wal_delivery.my_records ORDER BY idempotency_key;
+RESET ROLE;
+-- The same login acting as itself: none (sec-3 was enqueued from the superuser's session).
+SELECT idempotency_key FROM wal_delivery.my_records ORDER BY idempotency_key;
+RESET SESSION AUTHORIZATION;
+-- Keys are per topic, shared by every writer of the topic: a repeated key returns the first
+-- writer's id (README), though that record is not in the second writer's my_records.
+SELECT id AS sec1_id FROM wal_delivery.outbox WHERE idempotency_key = 'sec-1' \gset
+SET ROLE regress_other_app;
+SELECT wal_enqueue('sec.events', '{"by": "other"}'::jsonb, 'sec-1') = :sec1_id AS shared_key_gives_first_id;
+SELECT count(*) AS first_writers_record_visible FROM wal_delivery.my_records WHERE idempotency_key = 'sec-1';
+RESET ROLE;
+
 -- Every SECURITY DEFINER function of the extension sets search_path.
 SELECT p.oid::regprocedure AS definer_without_search_path
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'

@@ -1,61 +1,210 @@
 -- Enqueue: the one way records enter the outbox. Applications call wal_enqueue or
 -- wal_enqueue_batch inside their own transactions; the record exists only if the
 -- transaction commits, and the relay is woken at commit (never for a rollback).
+--
+-- Words used below:
+--   the door      the six wal_enqueue* overloads: the only routines here a writer may
+--                 execute (roles.sql). They are SECURITY DEFINER with a pinned
+--                 search_path; the internal routines they call run under them, so they
+--                 need neither.
+--   record size   what a record puts into its Kafka message besides the relay's own
+--                 headers: payload + idempotency key (a generated one is 36 bytes) +
+--                 message key + every header's name and value, in bytes.
+--   record limit  the largest record size a topic takes (record_limit).
+--
+-- The rules a record must meet are in check_record, for both wal_enqueue and each record
+-- of wal_enqueue_batch; README.md ("Errors from enqueue") lists them with their SQLSTATEs.
 
 -- The role that called wal_enqueue, not the owner its SECURITY DEFINER runs as.
 CREATE FUNCTION wal_delivery.invoking_role() RETURNS oid
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'wal_delivery_invoking_role';
 
--- The one place a record enters the outbox; the public wal_enqueue overloads call it.
-CREATE FUNCTION wal_delivery.enqueue_payload(
-    p_topic text, p_payload bytea, p_content_type text,
-    p_idempotency_key text, p_key text, p_headers jsonb)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    t record;
-    v_key text := p_idempotency_key;
-    v_id bigint;
+-- The header names the relay and the workers' hand-offs write themselves, so a record
+-- may not bring them (a destination or a worker would take the record's value for
+-- theirs). It must match is_reserved_header in src/ext/kafka_producer.c, which drops
+-- them from rows written before this check; tests/integration/test_writer_door.py
+-- compares the two lists.
+CREATE FUNCTION wal_delivery.reserved_header_names() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
+                 'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
+                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason']
+$$;
+
+-- The record limit of a topic. Every copy of a record must fit under Kafka's message limit:
+-- librdkafka's message.max.bytes (1000000 by default) or more, and at least the topic's
+-- max_payload_bytes (admins raise Kafka's limits first). A hand-off to a retry step or the
+-- DLQ adds about a dozen headers (an error text, the destination's name, the topic, the key
+-- twice), so 16384 bytes of that limit stay free for them: a record accepted here can always
+-- be handed off, instead of wedging its partition.
+CREATE FUNCTION wal_delivery.record_limit(max_payload_bytes integer) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT least(max_payload_bytes, greatest(max_payload_bytes, 1000000) - 16384)
+$$;
+
+-- Raises the error for a topic that enqueue cannot use: NULL, empty or unknown.
+CREATE FUNCTION wal_delivery.refuse_topic(p_topic text) RETURNS void
+LANGUAGE plpgsql AS $$
 BEGIN
     IF p_topic IS NULL OR p_topic = '' THEN
         RAISE EXCEPTION 'topic must not be %', CASE WHEN p_topic IS NULL THEN 'NULL' ELSE 'empty' END
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the name of a row in wal_delivery.topics.';
     END IF;
+    RAISE EXCEPTION 'topic "%" does not exist', p_topic
+        USING ERRCODE = 'undefined_object',
+              HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
+END $$;
+
+-- Where the first control character (a byte below 0x20, or 0x7f) of s is, as
+-- 'U+000A at character 5'; NULL when s has none. Such characters cannot travel in an HTTP
+-- header (a line break would end it) nor in a webhook-id a destination can verify.
+CREATE FUNCTION wal_delivery.control_character(s text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN s ~ '[\x01-\x1f\x7f]' THEN
+        format('U+%s at character %s',
+               upper(lpad(to_hex(ascii(substr(s, regexp_instr(s, '[\x01-\x1f\x7f]'), 1))), 4, '0')),
+               regexp_instr(s, '[\x01-\x1f\x7f]'))
+    END
+$$;
+
+-- Refuses a record that breaks a rule, with the SQLSTATE README.md gives for it; returns
+-- nothing. p_position is the record's place in a batch (1 = first), NULL for wal_enqueue.
+-- p_idempotency_key is the key the record will have (a generated one for NULL).
+CREATE FUNCTION wal_delivery.check_record(
+    p_topic text, p_max_payload_bytes integer, p_position integer, p_payload bytea,
+    p_idempotency_key text, p_key text, p_headers jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    what text := CASE WHEN p_position IS NOT NULL THEN format('record %s of the batch: ', p_position) ELSE '' END;
+    bad text;
+    h record;
+    n_headers integer := 0;
+    header_bytes integer := 0;
+    size bigint;
+    v_limit integer := wal_delivery.record_limit(p_max_payload_bytes);
+BEGIN
     IF p_payload IS NULL THEN
-        RAISE EXCEPTION 'payload must not be NULL (topic "%")', p_topic
+        RAISE EXCEPTION '%payload must not be NULL (topic "%")', what, p_topic
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Enqueue an empty JSON object or empty bytes if the record has no body.';
     END IF;
+
+    IF p_idempotency_key = '' THEN
+        RAISE EXCEPTION '%idempotency key must not be empty', what
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for a generated key, or a short stable identifier such as "order-42-created".';
+    END IF;
+    IF octet_length(p_idempotency_key) > 200 THEN
+        RAISE EXCEPTION '%idempotency key must be at most 200 bytes, got %', what, octet_length(p_idempotency_key)
+            USING ERRCODE = 'string_data_right_truncation',
+                  HINT = 'Destinations see a record as "<topic>:<key>" (Idempotency-Key, webhook-id), which must stay under 512 bytes to be signed; use a short stable identifier such as "order-42-created", or a hash of a longer one.';
+    END IF;
+    bad := wal_delivery.control_character(p_idempotency_key);
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION '%idempotency key must not hold control characters, found %', what, bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The key travels in the Idempotency-Key and webhook-id headers, where tabs and line breaks cannot; use printable characters.';
+    END IF;
+
+    IF p_key = '' THEN
+        RAISE EXCEPTION '%message key must not be empty', what
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for no key (records spread over the partitions), or an identifier such as the order id to keep its records in order.';
+    END IF;
+    IF octet_length(p_key) > 1024 THEN
+        RAISE EXCEPTION '%message key must be at most 1024 bytes, got %', what, octet_length(p_key)
+            USING ERRCODE = 'string_data_right_truncation', HINT = 'The key only chooses the Kafka partition; a short identifier is enough.';
+    END IF;
+
+    IF p_headers IS NOT NULL THEN
+        IF jsonb_typeof(p_headers) <> 'object' THEN
+            RAISE EXCEPTION '%headers must be a JSON object of strings, got %', what, left(p_headers::text, 200)
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"trace-id": "abc"}; put numbers in quotes.';
+        END IF;
+        FOR h IN SELECT e.key AS name, e.value, e.value #>> '{}' AS text FROM jsonb_each(p_headers) e LOOP
+            n_headers := n_headers + 1;
+            IF h.name !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR octet_length(h.name) > 256 THEN
+                RAISE EXCEPTION '%header name % is not an HTTP token', what, to_jsonb(left(h.name, 100))
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'A header name is 1 to 256 ASCII letters, digits or !#$%&''*+-.^_`|~ (an HTTP token), for example "trace-id".';
+            END IF;
+            IF lower(h.name) = ANY (wal_delivery.reserved_header_names()) THEN
+                RAISE EXCEPTION '%header "%" is reserved: the relay and the workers write it', what, h.name
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Rename it, for example "x-app-%s". Reserved in any case: %s.', lower(h.name),
+                                        array_to_string(wal_delivery.reserved_header_names(), ', '));
+            END IF;
+            IF jsonb_typeof(h.value) <> 'string' THEN
+                RAISE EXCEPTION '%header "%" must be a string, got %', what, h.name, left(h.value::text, 200)
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"trace-id": "abc"}; put numbers in quotes.';
+            END IF;
+            bad := wal_delivery.control_character(h.text);
+            IF bad IS NOT NULL THEN
+                RAISE EXCEPTION '%header "%" must not hold control characters, found %', what, h.name, bad
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'A line break would end the header; encode such a value (base64, percent-encoding) or leave it out.';
+            END IF;
+            header_bytes := header_bytes + octet_length(h.name) + octet_length(h.text);
+        END LOOP;
+        IF n_headers > 64 THEN
+            RAISE EXCEPTION '%headers must be at most 64, got %', what, n_headers
+                USING ERRCODE = 'program_limit_exceeded', HINT = 'Put what does not fit in the payload.';
+        END IF;
+    END IF;
+
+    size := octet_length(p_payload)::bigint + octet_length(p_idempotency_key) + coalesce(octet_length(p_key), 0) + header_bytes;
+    IF size > v_limit THEN
+        RAISE EXCEPTION '%record of % bytes is over the limit of topic "%" (% bytes): payload %, idempotency key %, message key %, headers %',
+                        what, size, p_topic, v_limit, octet_length(p_payload), octet_length(p_idempotency_key),
+                        coalesce(octet_length(p_key), 0), header_bytes
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Send a smaller payload (for example a reference to the data). The limit is the topic''s max_payload_bytes, less 16384 bytes kept for the workers'' hand-off headers when that is above 983616; raise max_payload_bytes only together with Kafka''s message limits.';
+    END IF;
+END $$;
+
+-- Refuses an array argument of wal_enqueue_batch with more than one dimension: its
+-- elements would otherwise be flattened, or silently read as NULL.
+CREATE FUNCTION wal_delivery.check_batch_array(p_name text, p_ndims integer) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_ndims > 1 THEN
+        RAISE EXCEPTION '% must be a one-dimensional array, got % dimensions', p_name, p_ndims
+            USING ERRCODE = 'array_subscript_error', HINT = 'Pass ARRAY[...] with one element per record.';
+    END IF;
+END $$;
+
+-- A batch's text payloads (jsonb payloads cast to text) as UTF-8 bytes, in order.
+CREATE FUNCTION wal_delivery.utf8_payloads(p_payloads text[]) RETURNS bytea[]
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM wal_delivery.check_batch_array('payloads', array_ndims(p_payloads));
+    IF p_payloads IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT convert_to(p, 'UTF8') FROM unnest(p_payloads) WITH ORDINALITY AS u(p, i) ORDER BY i);
+END $$;
+
+-- The one place a record enters the outbox; the wal_enqueue overloads call it.
+CREATE FUNCTION wal_delivery.enqueue_payload(
+    p_topic text, p_payload bytea, p_content_type text,
+    p_idempotency_key text, p_key text, p_headers jsonb)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    t record;
+    v_key text := coalesce(p_idempotency_key, gen_random_uuid()::text);
+    v_id bigint;
+BEGIN
     SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing INTO t
       FROM wal_delivery.topics WHERE name = p_topic;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'topic "%" does not exist', p_topic
-            USING ERRCODE = 'undefined_object',
-                  HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
+        PERFORM wal_delivery.refuse_topic(p_topic);
     END IF;
-    IF octet_length(p_payload) > t.max_payload_bytes THEN
-        RAISE EXCEPTION 'payload of % bytes is over the limit of topic "%" (% bytes)', octet_length(p_payload), p_topic, t.max_payload_bytes
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Send a smaller payload (for example a reference to the data), or raise the topic''s max_payload_bytes together with max.message.bytes in Kafka.';
-    END IF;
-    IF v_key IS NULL THEN
-        v_key := gen_random_uuid()::text;
-    ELSIF v_key = '' OR octet_length(v_key) > 255 THEN
-        RAISE EXCEPTION 'idempotency key must be 1 to 255 bytes, got %', octet_length(v_key)
-            USING ERRCODE = 'string_data_right_truncation', HINT = 'Use a short stable identifier such as "order-42-created", or NULL for a generated one.';
-    END IF;
-    IF p_key IS NOT NULL AND octet_length(p_key) > 1024 THEN
-        RAISE EXCEPTION 'message key must be at most 1024 bytes, got %', octet_length(p_key)
-            USING ERRCODE = 'string_data_right_truncation', HINT = 'The key only chooses the Kafka partition; a short identifier is enough.';
-    END IF;
-    IF p_headers IS NOT NULL AND NOT wal_delivery.is_string_map(p_headers) THEN
-        RAISE EXCEPTION 'headers must be a JSON object of strings, got %', left(p_headers::text, 200)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"trace-id": "abc"}; put numbers in quotes.';
-    END IF;
+    PERFORM wal_delivery.check_record(p_topic, t.max_payload_bytes, NULL, p_payload, v_key, p_key, p_headers);
 
     INSERT INTO wal_delivery.outbox (topic, idempotency_key, needs_processing, message_key, headers,
-                                     content_type, payload, enqueued_by)
+                                     content_type, payload, enqueued_by, enqueued_by_session)
     VALUES (p_topic, v_key, t.needs_processing, p_key, p_headers, p_content_type, p_payload,
-            wal_delivery.invoking_role())
+            wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid)
     ON CONFLICT (topic, idempotency_key) DO NOTHING
     RETURNING id INTO v_id;
 
@@ -72,94 +221,87 @@ BEGIN
     RETURN v_id;
 END $$;
 
--- Apps call these unqualified, whatever their search_path, so they live in pg_catalog.
+-- The door. Apps call these unqualified, whatever their search_path, so they live in
+-- pg_catalog. PL/pgSQL keeps its plans for the session (a SQL function that is not
+-- inlined, as a SECURITY DEFINER one is not, would plan its query on every call).
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload jsonb, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS bigint LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload(topic, convert_to(payload::text, 'UTF8'), 'application/json',
-                                        idempotency_key, key, headers)
-$$;
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload(topic, convert_to(payload::text, 'UTF8'), 'application/json',
+                                        idempotency_key, key, headers);
+END $$;
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload bytea, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS bigint LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload(topic, payload, 'application/octet-stream',
-                                        idempotency_key, key, headers)
-$$;
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload(topic, payload, 'application/octet-stream',
+                                        idempotency_key, key, headers);
+END $$;
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload text, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS bigint LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload(topic, convert_to(payload, 'UTF8'), 'text/plain; charset=utf-8',
-                                        idempotency_key, key, headers)
-$$;
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload(topic, convert_to(payload, 'UTF8'), 'text/plain; charset=utf-8',
+                                        idempotency_key, key, headers);
+END $$;
 
--- Many records of one topic in one call. The arrays line up by position; keys, message
--- keys and headers may be NULL (all generated / none). Returns the ids in input order,
--- the existing id where an idempotency key was seen before.
+-- Many records of one topic in one call. The arrays line up by position (the first
+-- element of each, whatever its lower bound, is the first record's); idempotency keys,
+-- message keys and headers may be NULL (all generated / none) or hold NULL elements.
+-- Returns the ids in input order, the existing id where an idempotency key was seen
+-- before. A bad record refuses the whole call, naming its position.
 CREATE FUNCTION wal_delivery.enqueue_payload_batch(
     p_topic text, p_payloads bytea[], p_content_type text,
     p_idempotency_keys text[], p_keys text[], p_headers jsonb[])
 RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     t record;
+    r record;
     n integer := coalesce(cardinality(p_payloads), 0);
     v_keys text[];
-    bad integer;
     v_ids bigint[];
 BEGIN
-    IF p_topic IS NULL OR p_topic = '' THEN
-        RAISE EXCEPTION 'topic must not be %', CASE WHEN p_topic IS NULL THEN 'NULL' ELSE 'empty' END
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the name of a row in wal_delivery.topics.';
+    -- The payloads first, as utf8_payloads checks them before this for jsonb and text.
+    IF p_payloads IS NULL THEN
+        RAISE EXCEPTION 'payloads must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass ARRAY[...] with one payload per record.';
     END IF;
+    PERFORM wal_delivery.check_batch_array('payloads', array_ndims(p_payloads));
     SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing INTO t
       FROM wal_delivery.topics WHERE name = p_topic;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'topic "%" does not exist', p_topic
-            USING ERRCODE = 'undefined_object',
-                  HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
+        PERFORM wal_delivery.refuse_topic(p_topic);
     END IF;
-    IF p_payloads IS NULL OR array_ndims(p_payloads) > 1 THEN
-        RAISE EXCEPTION 'payloads must be a one-dimensional array, not %', CASE WHEN p_payloads IS NULL THEN 'NULL' ELSE 'a matrix' END
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass ARRAY[...] with one payload per record.';
-    END IF;
+    PERFORM wal_delivery.check_batch_array('idempotency_keys', array_ndims(p_idempotency_keys));
+    PERFORM wal_delivery.check_batch_array('keys', array_ndims(p_keys));
+    PERFORM wal_delivery.check_batch_array('headers', array_ndims(p_headers));
     IF (p_idempotency_keys IS NOT NULL AND cardinality(p_idempotency_keys) <> n)
        OR (p_keys IS NOT NULL AND cardinality(p_keys) <> n)
        OR (p_headers IS NOT NULL AND cardinality(p_headers) <> n) THEN
         RAISE EXCEPTION 'idempotency_keys, keys and headers must be NULL or have one element per payload (% payloads)', n
             USING ERRCODE = 'array_subscript_error', HINT = 'Line the arrays up by position; use NULL elements where a record has none.';
     END IF;
-    bad := array_position(p_payloads, NULL);
-    IF bad IS NOT NULL THEN
-        RAISE EXCEPTION 'payload % of the batch is NULL (topic "%")', bad, p_topic
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Enqueue an empty JSON object or empty bytes if a record has no body.';
-    END IF;
-    SELECT i INTO bad FROM generate_subscripts(p_payloads, 1) i
-     WHERE octet_length(p_payloads[i]) > t.max_payload_bytes LIMIT 1;
-    IF bad IS NOT NULL THEN
-        RAISE EXCEPTION 'payload % of the batch has % bytes, over the limit of topic "%" (% bytes)',
-                        bad, octet_length(p_payloads[bad]), p_topic, t.max_payload_bytes
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Send a smaller payload, or raise the topic''s max_payload_bytes together with max.message.bytes in Kafka.';
-    END IF;
-    SELECT i INTO bad FROM generate_subscripts(p_payloads, 1) i
-     WHERE p_idempotency_keys[i] = '' OR octet_length(p_idempotency_keys[i]) > 255
-        OR octet_length(p_keys[i]) > 1024
-        OR (p_headers[i] IS NOT NULL AND NOT wal_delivery.is_string_map(p_headers[i])) LIMIT 1;
-    IF bad IS NOT NULL THEN
-        RAISE EXCEPTION 'record % of the batch has a bad idempotency key, message key or headers', bad
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Idempotency keys are 1 to 255 bytes or NULL, message keys at most 1024 bytes, headers a JSON object of strings.';
-    END IF;
 
-    v_keys := ARRAY(SELECT coalesce(p_idempotency_keys[i], gen_random_uuid()::text)
-                      FROM generate_series(1, n) i);
+    v_keys := ARRAY(SELECT coalesce(k, gen_random_uuid()::text)
+                      FROM unnest(p_payloads, p_idempotency_keys) WITH ORDINALITY AS u(p, k, i) ORDER BY i);
+    FOR r IN SELECT * FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+    LOOP
+        PERFORM wal_delivery.check_record(p_topic, t.max_payload_bytes, r.i::integer, r.payload, r.ikey, r.mkey, r.headers);
+    END LOOP;
+
     INSERT INTO wal_delivery.outbox (topic, idempotency_key, needs_processing, message_key, headers,
-                                     content_type, payload, enqueued_by)
-    SELECT p_topic, v_keys[i], t.needs_processing, p_keys[i], p_headers[i], p_content_type,
-           p_payloads[i], wal_delivery.invoking_role()
-      FROM generate_series(1, n) i
+                                     content_type, payload, enqueued_by, enqueued_by_session)
+    SELECT p_topic, u.ikey, t.needs_processing, u.mkey, u.headers, p_content_type, u.payload,
+           wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid
+      FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+     ORDER BY u.i
     ON CONFLICT (topic, idempotency_key) DO NOTHING;
 
     -- One unique-index probe per key: a join here got a cached generic plan that scanned
@@ -180,23 +322,27 @@ END $$;
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads jsonb[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
-RETURNS bigint[] LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload_batch(
-        topic, CASE WHEN payloads IS NOT NULL THEN ARRAY(SELECT convert_to(p::text, 'UTF8') FROM unnest(payloads) p) END,
-        'application/json', idempotency_keys, keys, headers)
-$$;
+RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload_batch(topic, wal_delivery.utf8_payloads(payloads::text[]), 'application/json',
+                                              idempotency_keys, keys, headers);
+END $$;
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads bytea[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
-RETURNS bigint[] LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload_batch(topic, payloads, 'application/octet-stream',
-                                              idempotency_keys, keys, headers)
-$$;
+RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload_batch(topic, payloads, 'application/octet-stream',
+                                              idempotency_keys, keys, headers);
+END $$;
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads text[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
-RETURNS bigint[] LANGUAGE sql AS $$
-    SELECT wal_delivery.enqueue_payload_batch(
-        topic, CASE WHEN payloads IS NOT NULL THEN ARRAY(SELECT convert_to(p, 'UTF8') FROM unnest(payloads) p) END,
-        'text/plain; charset=utf-8', idempotency_keys, keys, headers)
-$$;
+RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN wal_delivery.enqueue_payload_batch(topic, wal_delivery.utf8_payloads(payloads), 'text/plain; charset=utf-8',
+                                              idempotency_keys, keys, headers);
+END $$;

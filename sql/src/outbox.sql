@@ -44,6 +44,9 @@ CREATE TABLE wal_delivery.outbox (
     enqueued_by oid NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz,               -- when it became stored or dead
+    -- The session (login) user that enqueued it; with enqueued_by (the role it acted as),
+    -- what my_records shows a writer.
+    enqueued_by_session oid NOT NULL,
     CONSTRAINT outbox_topic_idempotency_key UNIQUE (topic, idempotency_key)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.05,
         vacuum_truncate = off);
@@ -66,8 +69,11 @@ SELECT topic, state, count(*) AS records, min(created_at) AS oldest_created_at,
  WHERE state IN ('pending', 'processing', 'processed')
  GROUP BY topic, state;
 
--- What the writer role may see: the status of the records it enqueued itself.
+-- What a writer may see: the status of the records this login enqueued acting as this
+-- role. Both count: two logins that SET ROLE wal_delivery_writer act as one role, and a
+-- pooler's one login acts as many roles; neither sees the other's records.
 CREATE VIEW wal_delivery.my_records WITH (security_barrier) AS
 SELECT id, topic, idempotency_key, state, attempts, created_at, finished_at, last_error
   FROM wal_delivery.outbox
- WHERE enqueued_by = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user);
+ WHERE enqueued_by = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)
+   AND enqueued_by_session = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user);

@@ -31,15 +31,15 @@ GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_writer, wal_delivery_admin;
 
 ------------------------------------------------------------------------------ writer
 
--- The writer enqueues and reads its own records' status; nothing else.
+-- The writer enqueues and reads its own records' status; nothing else. wal_enqueue*
+-- (SECURITY DEFINER) are its only door: the routines behind them are granted to no one,
+-- so no caller gets around their checks.
 GRANT EXECUTE ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
                           pg_catalog.wal_enqueue(text, bytea, text, text, jsonb),
                           pg_catalog.wal_enqueue(text, text, text, text, jsonb),
                           pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
                           pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
-                          pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]),
-                          wal_delivery.enqueue_payload(text, bytea, text, text, text, jsonb),
-                          wal_delivery.enqueue_payload_batch(text, bytea[], text, text[], text[], jsonb[])
+                          pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[])
     TO wal_delivery_writer, wal_delivery_admin;
 GRANT SELECT ON wal_delivery.my_records TO wal_delivery_writer, wal_delivery_admin;
 

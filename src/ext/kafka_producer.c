@@ -173,7 +173,8 @@ kafka_producers_destroy(int flush_timeout_ms)
 /*
  * The names the relay and the workers' hand-offs write themselves. wal_enqueue refuses
  * them in a record's headers; a row that has one anyway (written before that check) must
- * still never stand in for the real value, so it is dropped here.
+ * still never stand in for the real value, so it is dropped here. The list must match
+ * wal_delivery.reserved_header_names() in sql/src/enqueue.sql (test_writer_door.py).
  */
 static bool
 is_reserved_header(const char *name)

@@ -1,0 +1,187 @@
+"""The writer's door: what a writer LOGIN role may call and see, the header names enqueue
+keeps for the relay and the workers, and the record limit that keeps every accepted
+record deliverable through a hand-off to retry step 1."""
+import re
+import signal
+import time
+import uuid
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import ROOT, Destination, connect
+from consumer_helpers import Worker, add_destination, wait_published
+from relay_helpers import ensure_extension, make_topic, wait_all_stored
+
+DOOR = {
+    "wal_enqueue(text,jsonb,text,text,jsonb)",
+    "wal_enqueue(text,bytea,text,text,jsonb)",
+    "wal_enqueue(text,text,text,text,jsonb)",
+    "wal_enqueue_batch(text,jsonb[],text[],text[],jsonb[])",
+    "wal_enqueue_batch(text,bytea[],text[],text[],jsonb[])",
+    "wal_enqueue_batch(text,text[],text[],text[],jsonb[])",
+}
+
+
+@pytest.fixture
+def writers(unique):
+    """Makes LOGIN members of wal_delivery_writer; drops them at the end."""
+    ensure_extension()
+    made = []
+
+    def make():
+        role = f"writer_{unique}_{len(made)}"
+        with connect() as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN IN ROLE wal_delivery_writer")
+        made.append(role)
+        return role
+
+    yield make
+    with connect() as admin:
+        for role in made:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def c_reserved_headers():
+    source = (ROOT / "src" / "ext" / "kafka_producer.c").read_text()
+    body = re.search(r"is_reserved_header\(const char \*name\)\s*\{.*?reserved\[\]\s*=\s*\{(.*?)\};",
+                     source, re.S).group(1)
+    return re.findall(r'"([^"]+)"', body)
+
+
+def headers_written_by(path, call):
+    source = (ROOT / path).read_text()
+    return set(re.findall(re.escape(call) + r'\([^,]+,\s*"([^"]+)"', source))
+
+
+def test_the_reserved_header_names_of_sql_and_of_the_relay_match():
+    with connect() as conn:
+        ensure_extension()
+        sql = conn.execute("SELECT wal_delivery.reserved_header_names()").fetchone()[0]
+    c = c_reserved_headers()
+    assert len(c) == len(set(c)) and len(sql) == len(set(sql))
+    assert sorted(sql) == sorted(c)
+    # Every header the relay and the hand-offs write is in the list.
+    written = (headers_written_by("src/ext/kafka_producer.c", "rd_kafka_header_add")
+               | headers_written_by("src/workers/common/handoff.c", "add_header"))
+    assert written and written <= set(sql), f"not reserved: {written - set(sql)}"
+
+
+def test_a_writer_login_may_execute_the_door_and_nothing_else(writers):
+    role = writers()
+    with connect(user=role) as app:
+        callable_ = {r[0] for r in app.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p"
+            " JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'"
+            " JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'wal_delivery'"
+            " WHERE has_function_privilege(p.oid, 'EXECUTE')")}
+        assert callable_ == DOOR
+        readable = {r[0] for r in app.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'wal_delivery'::regnamespace"
+            " AND c.relkind IN ('r', 'v', 'm', 'p', 'f', 'S')"
+            " AND (has_any_column_privilege(c.oid, 'SELECT,INSERT,UPDATE,REFERENCES')"
+            "      OR (c.relkind <> 'S' AND has_table_privilege(c.oid, 'DELETE,TRUNCATE,TRIGGER')))")}
+        assert readable == {"wal_delivery.my_records"}
+        for call in ("SELECT wal_delivery.enqueue_payload('x', '\\x00'::bytea, 'evil', NULL, NULL, NULL)",
+                     "SELECT wal_delivery.check_record('x', 1, NULL, '\\x00'::bytea, 'k', NULL, NULL)"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute(call)
+
+
+def test_logins_acting_as_the_writer_role_see_only_their_own_records(writers, unique):
+    topic = f"door.{unique}"
+    with connect() as admin:
+        make_topic(admin, topic)
+    first, second = writers(), writers()
+    try:
+        ids = {}
+        for role in (first, second):
+            with connect(user=role) as app:
+                app.execute("SET ROLE wal_delivery_writer")
+                ids[role] = app.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s)", (topic, role)).fetchone()[0]
+        for role in (first, second):
+            with connect(user=role) as app:
+                app.execute("SET ROLE wal_delivery_writer")
+                assert app.execute("SELECT id, idempotency_key FROM wal_delivery.my_records").fetchall() \
+                    == [(ids[role], role)]
+                # Keys are per topic: the other writer's key answers with its id (README).
+                other = first if role == second else second
+                assert app.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s)", (topic, other)).fetchone()[0] \
+                    == ids[other]
+    finally:
+        with connect() as admin:
+            admin.execute("SET wal_delivery.force_delete = on")
+            admin.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,))
+
+
+def find_in_partition(bootstrap, topic, partition, key, timeout=60):
+    """The first message of one partition with this Kafka key, or None."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-" + uuid.uuid4().hex,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, partition, 0)])
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error() and m.key() == key:
+                return m
+    finally:
+        c.close()
+    return None
+
+
+def largest_accepted_payload(conn, topic, key, headers, high):
+    """The largest payload wal_enqueue accepts with this key and headers, each try rolled back."""
+    def accepted(size):
+        try:
+            with conn.transaction(force_rollback=True):
+                conn.execute("SELECT wal_enqueue(%s, repeat('x', %s)::text, %s, headers => %s)",
+                             (topic, size, key, headers))
+            return True
+        except psycopg.errors.ProgramLimitExceeded:
+            return False
+    low = 0
+    assert accepted(low)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if accepted(mid) else (low, mid - 1)
+    return low
+
+
+@pytest.mark.usefixtures("clean_destinations")
+def test_the_largest_record_enqueue_accepts_is_handed_off_to_retry_step_1(tmp_path, kafka_bootstrap, unique):
+    # Long names everywhere the hand-off repeats them: topic, key (twice), destination.
+    topic = f"door.big.{unique}." + "t" * 150
+    key = f"{unique}-" + "k" * 189
+    name = f"d-{unique}-" + "n" * 80
+    headers = '{"trace-id": "' + "h" * 100 + '"}'
+    dest = Destination(tmp_path)
+    dest.behave(status=503)
+    worker = None
+    try:
+        with connect() as conn:
+            ensure_extension()
+            make_topic(conn, topic)  # max_payload_bytes 1000000, the default
+            size = largest_accepted_payload(conn, topic, key, headers, 1_000_000)
+            conn.execute("SELECT wal_enqueue(%s, repeat('x', %s)::text, %s, headers => %s)",
+                         (topic, size, key, headers))
+            wait_all_stored(conn, topic, 1)
+            add_destination(conn, name, dest.url, [topic], timeout="30 seconds")
+            wait_published(conn)
+            partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations WHERE name = %s",
+                                     (name,)).fetchone()[0]
+        worker = Worker(tmp_path, "consume", kafka_bootstrap=kafka_bootstrap)
+        dest.wait_for(1, timeout=60)
+        got = find_in_partition(kafka_bootstrap, "wal_delivery.retry.1", partition, key.encode())
+        assert got is not None, f"not handed off to retry step 1; worker log:\n{worker.output()[-3000:]}"
+        assert len(got.value()) == size and dict(got.headers())["destination"] == name.encode()
+    finally:
+        if worker:
+            worker.stop(signal.SIGTERM, timeout=10)
+        dest.stop()
+        with connect() as conn:
+            conn.execute("SET wal_delivery.force_delete = on")
+            conn.execute("DELETE FROM wal_delivery.destinations WHERE name = %s", (name,))
+            conn.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,))
