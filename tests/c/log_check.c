@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "common/log.h"
 
@@ -32,6 +33,14 @@ main(void)
 			 "a\xff\xc3"
 			 "(b",
 			 "ok \xc3\xa9 \xe2\x82");
+	{
+		static char huge[20000];
+
+		memset(huge, 'k', sizeof(huge) - 1);
+		log_info("event=huge_values a=%s b=\"%s\" c=%s d=\"%s\" e=%s f=\"%s\" g=%s h=\"%s\" "
+				 "i=%s j=\"%s\" after=%s",
+				 huge, huge, huge, huge, huge, huge, huge, huge, huge, huge, "end");
+	}
 	log_info("event=plain value=%s", "simple");
 	return 0;
 }

@@ -37,7 +37,7 @@ def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=30)  # fails on bad UTF-8
     assert run.returncode == 0
     lines = run.stderr.splitlines()
-    assert len(lines) == 11, lines
+    assert len(lines) == 12, lines
     events = {}
     for line in lines:
         fields = parse_logfmt(line)
@@ -57,5 +57,9 @@ def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     assert (n["i"], n["l"], n["z"], n["i64"], n["g"], n["f"], n["pct"]) == \
         ("-7", "12345678901", "42", "-9000000000", "0.5", "3", "100%")
     assert events["plain"]["value"] == "simple"
+    # Huge values are cut with their length; the line stays whole and parseable.
+    huge = events["huge_values"]
+    assert huge["a"] == "k" * 512 + "...(19999 bytes)" and huge["b"] == huge["a"]
+    assert all(len(line) <= 4200 for line in lines)
     # Bytes that are not UTF-8 are escaped; valid multi-byte characters stay as they are.
     assert events["not_utf8"]["value"] == "a\xff\xc3(b" and events["not_utf8"]["text"] == "ok é \xe2\x82"

@@ -19,6 +19,8 @@
 #include "utf8.h"
 
 #define LOG_LINE_MAX 4096
+/* A longer value is cut, marked "...(N bytes)", so a line keeps all its fields. */
+#define LOG_VALUE_MAX 512
 
 static const char *log_role = "wal-worker";
 static log_level log_min_level = LOG_INFO;
@@ -125,14 +127,45 @@ put_string_value(line_buffer *out, const char *value, size_t n, bool quoted_by_f
 		value = "(null)";
 		n = 6;
 	}
-	if (quoted_by_format || !needs_quotes(value, n))
+	size_t shown = n > LOG_VALUE_MAX ? LOG_VALUE_MAX : n;
+	bool quote = !quoted_by_format && (n > shown || needs_quotes(value, n));
+
+	if (quote)
+		put_char(out, '"');
+	put_escaped(out, value, shown);
+	if (n > shown)
 	{
-		put_escaped(out, value, n);
-		return;
+		char more[48];
+
+		snprintf(more, sizeof(more), "...(%zu bytes)", n);
+		put_text(out, more, strlen(more));
 	}
-	put_char(out, '"');
-	put_escaped(out, value, n);
-	put_char(out, '"');
+	if (quote)
+		put_char(out, '"');
+}
+
+/*
+ * A line cut at LOG_LINE_MAX may end inside a quoted value: close it, so the line still
+ * parses as its fields.
+ */
+static void
+close_open_quote(line_buffer *out)
+{
+	bool open = false;
+
+	for (size_t i = 0; i < out->len; i++)
+	{
+		if (out->buf[i] == '\\')
+			i++;
+		else if (out->buf[i] == '"')
+			open = !open;
+	}
+	if (!open)
+		return;
+	/* Room for the quote: drop a trailing backslash (half an escape) or the last byte. */
+	while (out->len > 0 && (out->len + 1 >= out->size || out->buf[out->len - 1] == '\\'))
+		out->len--;
+	out->buf[out->len++] = '"';
 }
 
 /* Formats one non-string conversion (spec is e.g. "%-5ld") with its argument from ap. */
@@ -249,6 +282,7 @@ format_event(line_buffer *out, const char *fmt, va_list ap_in)
 		put_number(out, spec, *p, length, star_count, &ap);
 	}
 	va_end(ap);
+	close_open_quote(out);
 	out->buf[out->len] = '\0';
 }
 
