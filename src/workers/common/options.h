@@ -20,12 +20,12 @@ typedef struct
 
 typedef struct
 {
-	const char *role;        /* consume, retry, dlq, process */
-	const char *conninfo;    /* libpq conninfo; "" means the PG* environment */
-	const char *destination; /* consume --destination NAME: a dedicated consumer */
-	int admin_port;          /* -1: no admin HTTP server; 0: a free port */
+	const char *role;         /* consume, retry, dlq, process */
+	const char *conninfo;     /* libpq conninfo; "" means the PG* environment */
+	const char *destination;  /* consume --destination NAME: a dedicated consumer */
+	int admin_port;           /* -1: no admin HTTP server; 0: a free port */
 	const char *admin_listen; /* --admin-listen ADDRESS; NULL: 127.0.0.1 */
-	double time_scale;       /* every delay is divided by this */
+	double time_scale;        /* every delay is divided by this */
 	bool verbose;
 	int n_peers;
 	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
