@@ -131,6 +131,38 @@ class EnqueueLoad:
         self._thread.join(30)
 
 
+def wait_load_progress(load, more=100, timeout=60):
+    """Waits until load has acknowledged `more` records beyond now: the system takes
+    writes (after a restart: it is back), instead of sleeping a fixed time."""
+    start = len(load.acked)
+    wait_until(lambda: len(load.acked) >= start + more, timeout,
+               what=f"{more} more acknowledged enqueues (at {len(load.acked)})")
+
+
+def connect_when_ready(timeout=60):
+    """A connection as soon as Postgres accepts one (it refuses during crash recovery)."""
+    import psycopg
+
+    def attempt():
+        try:
+            return connect()
+        except psycopg.OperationalError:
+            return None
+    return wait_until(attempt, timeout, interval=0.2, what="Postgres to accept connections")
+
+
+def wait_new_relay(old_pids, timeout=60):
+    """Waits until a relay other than old_pids runs (the postmaster restarted it)."""
+    def new_pids():
+        conn = connect_when_ready(timeout)
+        try:
+            pids = relay_pids(conn)
+        finally:
+            conn.close()
+        return pids if pids and not set(pids) & set(old_pids) else None
+    return wait_until(new_pids, timeout, what="a new relay after the restart")
+
+
 def report(line):
     """Appends a measured figure to the run's fault report (tests/run prints it)."""
     out = Path(__file__).resolve().parents[2] / ".cache" / "test-output"

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import connect, env_cmd
-from relay_helpers import (EnqueueLoad, cpu_ticks, duplicates, ensure_extension, make_topic,
-                           read_topic, relay_pids, report, server_log, states, wait_all_stored,
-                           wait_until)
+from relay_helpers import (EnqueueLoad, connect_when_ready, cpu_ticks, duplicates, ensure_extension,
+                           make_topic, read_topic, relay_pids, report, server_log, states,
+                           wait_all_stored, wait_load_progress, wait_new_relay, wait_until)
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +101,7 @@ def test_kafka_down_30s_under_load_loses_nothing_relay_backs_off_then_drains(db,
     log_before = len(server_log())
 
     with EnqueueLoad(topic, pause=0.01) as load:
-        time.sleep(2)
+        wait_load_progress(load, more=50)
         env_cmd("kafka-stop", "1")
         stopped_at = time.time()
         try:
@@ -119,7 +119,7 @@ def test_kafka_down_30s_under_load_loses_nothing_relay_backs_off_then_drains(db,
             assert load.errors == 0
         finally:
             env_cmd("kafka-start", "1")
-        time.sleep(3)
+        wait_load_progress(load, more=50)
 
     keys = load.acked
     wait_all_stored(db, topic, len(keys) + 1, timeout=120)
@@ -138,12 +138,13 @@ def test_kill9_of_the_relay_repeated_loses_nothing(kafka_bootstrap, unique):
         make_topic(conn, topic)
     with EnqueueLoad(topic, pause=0.001) as load:
         for _ in range(3):
-            time.sleep(3)
-            with connect() as conn:
+            wait_load_progress(load)
+            with connect_when_ready() as conn:
                 [pid] = wait_until(lambda: relay_pids(conn), 30, what="a relay")
             os.kill(pid, signal.SIGKILL)  # the postmaster restarts every backend after this
-            time.sleep(1)
-        time.sleep(2)
+            # Crash recovery first: connecting now would be refused, not retried.
+            wait_new_relay([pid])
+        wait_load_progress(load)
     keys = load.acked
     with connect() as conn:
         wait_until(lambda: states(conn, topic).get("stored", 0) >= len(keys)
@@ -160,13 +161,12 @@ def test_postgres_immediate_stop_under_load_loses_no_acknowledged_record(kafka_b
     with connect() as conn:
         make_topic(conn, topic)
     with EnqueueLoad(topic, pause=0.001) as load:
-        time.sleep(3)
+        wait_load_progress(load)
         env_cmd("pg-stop-immediate")
-        time.sleep(1)
         env_cmd("pg-start")
-        time.sleep(3)
+        wait_load_progress(load)
     keys = load.acked
-    with connect() as conn:
+    with connect_when_ready() as conn:
         wait_until(lambda: relay_pids(conn), 30, what="the relay to come back")
         wait_until(lambda: states(conn, topic).get("stored", 0) >= len(keys)
                    and set(states(conn, topic)) == {"stored"}, 120,
