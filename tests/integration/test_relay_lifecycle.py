@@ -11,7 +11,7 @@ import pytest
 
 from conftest import connect, env_cmd
 from relay_helpers import (EnqueueLoad, duplicates, ensure_extension, make_topic, read_topic, report,
-                           states, wait_all_stored, wait_until)
+                           states, wait_all_stored, wait_load_progress, wait_until)
 
 
 def scratch_env(*args):
@@ -65,9 +65,10 @@ def test_acks_are_honoured_per_topic_on_a_three_broker_cluster():
             wait_until(lambda: conn.execute("SELECT ready FROM wal_delivery.kafka_topics"
                                             " WHERE topic = 'durable'").fetchone(), 30, what="the topic")
         with EnqueueLoad("durable", connect_fn=lambda: scratch_connect(settings), pause=0.002) as load:
-            time.sleep(3)
+            wait_load_progress(load)
             env_cmd("kafka-kill", "2", env_dir=env_dir)
-            time.sleep(10)
+            # Shipping goes on with two brokers: records enqueued after the kill are stored.
+            wait_load_progress(load, more=300)
         with scratch_connect(settings) as conn:
             wait_until(lambda: states(conn, "durable") == {"stored": len(load.acked)}, 120,
                        what=f"every acknowledged record stored (now {states(conn, 'durable')})")
