@@ -132,3 +132,25 @@ BEGIN
         GRANT USAGE ON SCHEMA cron TO wal_delivery_admin;
     END IF;
 END $$;
+
+------------------------------------------------------------------------------ ingest
+
+-- wal_delivery_ingest: what `wal-worker ingest` logs in as (through a LOGIN member). A
+-- writer, so every outbox record it writes passes the writer's door; besides that only
+-- its own config (hashes of tokens, topics' acks and limits: no signing secrets, no S3
+-- keys, no other writer's records) and the door that keeps a request's content type.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_ingest') THEN
+        CREATE ROLE wal_delivery_ingest NOLOGIN;
+    END IF;
+END $$;
+GRANT wal_delivery_writer TO wal_delivery_ingest;
+GRANT EXECUTE ON FUNCTION wal_delivery.ingest_config(),
+                          wal_delivery.ingest_enqueue_batch(text, text, bytea[], text[], text[], jsonb[])
+    TO wal_delivery_ingest;
+-- Tokens are control plane: the admin creates, scopes and revokes them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.ingest_tokens TO wal_delivery_admin;
+GRANT EXECUTE ON FUNCTION wal_delivery.create_ingest_token(text, text[]),
+                          wal_delivery.ingest_config()
+    TO wal_delivery_admin;

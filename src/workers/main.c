@@ -48,6 +48,8 @@ main(int argc, char **argv)
 		return run_retry(&opts);
 	if (strcmp(opts.role, "process") == 0)
 		return run_process(&opts);
+	if (strcmp(opts.role, "ingest") == 0)
+		return run_ingest(&opts);
 
 	/* The roles land one by one (see the project's issues); until then say so plainly. */
 	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",

@@ -10,5 +10,6 @@ int run_consume(const worker_options *opts);
 int run_dlq(const worker_options *opts);
 int run_retry(const worker_options *opts);
 int run_process(const worker_options *opts);
+int run_ingest(const worker_options *opts);
 
 #endif

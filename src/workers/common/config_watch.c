@@ -66,7 +66,10 @@ load_from_db(config_watch *w, char *errbuf, size_t errbuf_size)
 
 	if (!connect_db(w, errbuf, errbuf_size))
 		return NULL;
-	config = config_load_from_db(w->conn, errbuf, errbuf_size);
+	/* The ingest service reads its own document: token hashes and topics, no secrets. */
+	config = config_load_document(
+		w->conn, strcmp(w->opts->role, "ingest") == 0 ? "ingest_config" : "worker_config", errbuf,
+		errbuf_size);
 	if (config == NULL && PQstatus(w->conn) != CONNECTION_OK)
 	{
 		PQfinish(w->conn);

@@ -170,7 +170,17 @@ config_free(control_plane_config *config)
 control_plane_config *
 config_load_from_db(PGconn *conn, char *errbuf, size_t errbuf_size)
 {
-	PGresult *res = PQexec(conn, "SELECT wal_delivery.worker_config()::text");
+	return config_load_document(conn, "worker_config", errbuf, errbuf_size);
+}
+
+control_plane_config *
+config_load_document(PGconn *conn, const char *function, char *errbuf, size_t errbuf_size)
+{
+	char query[128];
+	PGresult *res;
+
+	snprintf(query, sizeof(query), "SELECT wal_delivery.%s()::text", function);
+	res = PQexec(conn, query);
 	control_plane_config *config = NULL;
 
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -186,7 +196,7 @@ config_load_from_db(PGconn *conn, char *errbuf, size_t errbuf_size)
 				 "the worker's role %s may not read the config (grant it wal_delivery_worker): %s",
 				 PQuser(conn), PQresultErrorMessage(res));
 	else if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		snprintf(errbuf, errbuf_size, "reading wal_delivery.worker_config(): %s",
+		snprintf(errbuf, errbuf_size, "reading wal_delivery.%s(): %s", function,
 				 PQerrorMessage(conn));
 	else
 		config = config_from_json(PQgetvalue(res, 0, 0), errbuf, errbuf_size);

@@ -60,6 +60,9 @@ void config_free(control_plane_config *config);
 
 /* Reads it from the database; NULL with errbuf filled on any error. */
 control_plane_config *config_load_from_db(PGconn *conn, char *errbuf, size_t errbuf_size);
+/* The same from another document of that shape (ingest reads ingest_config()). */
+control_plane_config *config_load_document(PGconn *conn, const char *function, char *errbuf,
+										   size_t errbuf_size);
 
 /* Reads it from a peer's /config (base URL such as http://10.0.0.5:9400). */
 control_plane_config *config_load_from_peer(const char *base_url, const char *peer_token,

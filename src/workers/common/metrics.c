@@ -20,16 +20,19 @@
 typedef enum
 {
 	METRIC_COUNTER,
-	METRIC_GAUGE
+	METRIC_GAUGE,
+	METRIC_HISTOGRAM
 } metric_kind;
 
-static const char *const kind_names[] = {"counter", "gauge"};
+static const char *const kind_names[] = {"counter", "gauge", "histogram"};
 
 typedef struct metric_series
 {
 	struct metric_series *next;
 	char **label_values; /* n_labels strings */
-	double value;
+	double value;        /* a histogram's sum */
+	double *buckets;     /* a histogram's counts per bucket, +Inf last (not cumulative) */
+	double count;        /* a histogram's observations */
 } metric_series;
 
 struct metric
@@ -40,6 +43,8 @@ struct metric
 	char *help;
 	int n_labels;
 	char **label_names;
+	int n_buckets; /* a histogram's upper bounds, ascending, +Inf not included */
+	double *bounds;
 	metric_series *series_head;
 	metric_series *series_tail;
 };
@@ -109,6 +114,13 @@ find_or_add_series(metric *m, const char *const *label_values)
 	s = checked_malloc(sizeof(*s));
 	s->next = NULL;
 	s->value = 0;
+	s->count = 0;
+	s->buckets = NULL;
+	if (m->kind == METRIC_HISTOGRAM)
+	{
+		s->buckets = checked_malloc(sizeof(double) * (m->n_buckets + 1));
+		memset(s->buckets, 0, sizeof(double) * (m->n_buckets + 1));
+	}
 	s->label_values = checked_malloc(sizeof(char *) * (m->n_labels > 0 ? m->n_labels : 1));
 	for (int i = 0; i < m->n_labels; i++)
 		s->label_values[i] = checked_strdup(label_values[i] ? label_values[i] : "");
@@ -122,7 +134,7 @@ find_or_add_series(metric *m, const char *const *label_values)
 
 static metric *
 metric_register(metric_kind kind, const char *name, const char *help, int n_labels,
-				const char *const *label_names)
+				const char *const *label_names, int n_buckets, const double *bounds)
 {
 	metric *m;
 
@@ -161,6 +173,13 @@ metric_register(metric_kind kind, const char *name, const char *help, int n_labe
 	m->label_names = checked_malloc(sizeof(char *) * (n_labels > 0 ? n_labels : 1));
 	for (int i = 0; i < n_labels; i++)
 		m->label_names[i] = checked_strdup(label_names[i]);
+	m->n_buckets = n_buckets;
+	m->bounds = NULL;
+	if (n_buckets > 0)
+	{
+		m->bounds = checked_malloc(sizeof(double) * n_buckets);
+		memcpy(m->bounds, bounds, sizeof(double) * n_buckets);
+	}
 	m->series_head = m->series_tail = NULL;
 	if (n_labels == 0)
 		find_or_add_series(m, NULL);
@@ -177,13 +196,45 @@ metric_register(metric_kind kind, const char *name, const char *help, int n_labe
 metric *
 metric_counter(const char *name, const char *help, int n_labels, const char *const *label_names)
 {
-	return metric_register(METRIC_COUNTER, name, help, n_labels, label_names);
+	return metric_register(METRIC_COUNTER, name, help, n_labels, label_names, 0, NULL);
 }
 
 metric *
 metric_gauge(const char *name, const char *help, int n_labels, const char *const *label_names)
 {
-	return metric_register(METRIC_GAUGE, name, help, n_labels, label_names);
+	return metric_register(METRIC_GAUGE, name, help, n_labels, label_names, 0, NULL);
+}
+
+metric *
+metric_histogram(const char *name, const char *help, int n_buckets, const double *bounds,
+				 int n_labels, const char *const *label_names)
+{
+	if (n_buckets < 1 || bounds == NULL)
+		fatal("event=bad_metric_buckets metric=%s", name ? name : "(null)");
+	for (int i = 1; i < n_buckets; i++)
+		if (!(bounds[i] > bounds[i - 1]))
+			fatal("event=bad_metric_buckets metric=%s msg=\"bounds must ascend\"", name);
+	return metric_register(METRIC_HISTOGRAM, name, help, n_labels, label_names, n_buckets, bounds);
+}
+
+void
+metric_observe(metric *m, double value, const char *const *label_values)
+{
+	metric_series *s;
+	int i;
+
+	if (m->kind != METRIC_HISTOGRAM)
+		fatal("event=metric_observe_on_non_histogram metric=%s", m->name);
+	if (isnan(value))
+		return;
+	pthread_mutex_lock(&registry_lock);
+	s = find_or_add_series(m, label_values);
+	for (i = 0; i < m->n_buckets && value > m->bounds[i]; i++)
+		;
+	s->buckets[i] += 1;
+	s->count += 1;
+	s->value += value;
+	pthread_mutex_unlock(&registry_lock);
 }
 
 void
@@ -192,6 +243,8 @@ metric_add(metric *m, double delta, const char *const *label_values)
 	/* A counter that went down would read as a process restart to rate(). */
 	if (m->kind == METRIC_COUNTER && !(delta >= 0))
 		return;
+	if (m->kind == METRIC_HISTOGRAM)
+		fatal("event=metric_add_on_histogram metric=%s", m->name);
 
 	pthread_mutex_lock(&registry_lock);
 	find_or_add_series(m, label_values)->value += delta;
@@ -202,7 +255,7 @@ void
 metric_set(metric *m, double value, const char *const *label_values)
 {
 	if (m->kind != METRIC_GAUGE)
-		fatal("event=metric_set_on_counter metric=%s", m->name);
+		fatal("event=metric_set_on_non_gauge metric=%s", m->name);
 
 	pthread_mutex_lock(&registry_lock);
 	find_or_add_series(m, label_values)->value = value;
@@ -248,6 +301,61 @@ buffer_put_value(text_buffer *buf, double value)
 	}
 }
 
+/*
+ * One line: name, suffix (a histogram's _bucket, _sum, _count), the series' labels and
+ * le when given, the value.
+ */
+static void
+put_sample(text_buffer *buf, const metric *m, const char *suffix, const metric_series *s,
+		   const char *le, double value)
+{
+	bool any = false;
+
+	text_buffer_puts(buf, m->name);
+	text_buffer_puts(buf, suffix);
+	for (int i = 0; i < m->n_labels; i++)
+	{
+		text_buffer_puts(buf, any ? "," : "{");
+		any = true;
+		text_buffer_puts(buf, m->label_names[i]);
+		text_buffer_puts(buf, "=\"");
+		buffer_put_escaped(buf, s->label_values[i], true);
+		text_buffer_puts(buf, "\"");
+	}
+	if (le != NULL)
+	{
+		text_buffer_puts(buf, any ? ",le=\"" : "{le=\"");
+		any = true;
+		text_buffer_puts(buf, le);
+		text_buffer_puts(buf, "\"");
+	}
+	if (any)
+		text_buffer_puts(buf, "}");
+	text_buffer_puts(buf, " ");
+	buffer_put_value(buf, value);
+	text_buffer_puts(buf, "\n");
+}
+
+/* Cumulative buckets up to +Inf, then _sum and _count, as Prometheus reads them. */
+static void
+put_histogram(text_buffer *buf, const metric *m, const metric_series *s)
+{
+	double cumulative = 0;
+	char le[32];
+
+	for (int i = 0; i <= m->n_buckets; i++)
+	{
+		cumulative += s->buckets[i];
+		if (i < m->n_buckets)
+			snprintf(le, sizeof(le), "%g", m->bounds[i]);
+		else
+			strcpy(le, "+Inf");
+		put_sample(buf, m, "_bucket", s, le, cumulative);
+	}
+	put_sample(buf, m, "_sum", s, NULL, s->value);
+	put_sample(buf, m, "_count", s, NULL, s->count);
+}
+
 char *
 metrics_render(void)
 {
@@ -271,24 +379,10 @@ metrics_render(void)
 
 		for (const metric_series *s = m->series_head; s != NULL; s = s->next)
 		{
-			text_buffer_puts(&buf, m->name);
-			if (m->n_labels > 0)
-			{
-				text_buffer_puts(&buf, "{");
-				for (int i = 0; i < m->n_labels; i++)
-				{
-					if (i > 0)
-						text_buffer_puts(&buf, ",");
-					text_buffer_puts(&buf, m->label_names[i]);
-					text_buffer_puts(&buf, "=\"");
-					buffer_put_escaped(&buf, s->label_values[i], true);
-					text_buffer_puts(&buf, "\"");
-				}
-				text_buffer_puts(&buf, "}");
-			}
-			text_buffer_puts(&buf, " ");
-			buffer_put_value(&buf, s->value);
-			text_buffer_puts(&buf, "\n");
+			if (m->kind == METRIC_HISTOGRAM)
+				put_histogram(&buf, m, s);
+			else
+				put_sample(&buf, m, "", s, NULL, s->value);
 		}
 	}
 	pthread_mutex_unlock(&registry_lock);

@@ -2,7 +2,8 @@
  * metrics.h: the worker's Prometheus metrics, one registry per process, rendered in the
  * text exposition format (version 0.0.4) for the admin server's GET /metrics.
  *
- * A metric is a counter (only goes up) or a gauge (set to any value), with a name, a help
+ * A metric is a counter (only goes up), a gauge (set to any value) or a histogram (counts
+ * observations into buckets), with a name, a help
  * text and a fixed list of label names. A series is one set of label values of a metric
  * and holds one number; a series appears the first time it is added to or set, except
  * that a metric without labels has its one series from the start (at 0), so dashboards
@@ -41,6 +42,14 @@ metric *metric_gauge(const char *name, const char *help, int n_labels,
  */
 void metric_add(metric *m, double delta, const char *const *label_values);
 void metric_set(metric *m, double value, const char *const *label_values);
+
+/*
+ * A histogram: bounds are its n_buckets upper bounds, ascending (+Inf is added). Rendered
+ * as name_bucket{...,le="..."} (cumulative), name_sum and name_count.
+ */
+metric *metric_histogram(const char *name, const char *help, int n_buckets, const double *bounds,
+						 int n_labels, const char *const *label_names);
+void metric_observe(metric *m, double value, const char *const *label_values);
 
 /* Every metric in registration order, its series in creation order; malloc'd, caller frees. */
 char *metrics_render(void);

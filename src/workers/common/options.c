@@ -28,6 +28,11 @@ static const role_help roles[] = {
 	 "  See SELECT * FROM wal_delivery.destination_status.\n"},
 	{"dlq", "copy the DLQ topic into wal_delivery.dead_letters and raise alerts", ""},
 	{"process", "run the processors of topics whose records need processing", ""},
+	{"ingest", "the HTTP entry point: records to Kafka, or to the outbox as the fallback",
+	 "  --listen ADDR:PORT   where to take records (default 127.0.0.1:8480; port 0: a\n"
+	 "                       free one, logged as event=started port=N)\n"
+	 "  --kafka-deadline MS  how long Kafka may take to acknowledge before the record\n"
+	 "                       goes to the outbox (default 1000)\n"},
 };
 
 static const char common_help[] =
@@ -100,7 +105,9 @@ enum
 	OPT_TIME_SCALE,
 	OPT_DESTINATION,
 	OPT_PEER,
-	OPT_ADMIN_LISTEN
+	OPT_ADMIN_LISTEN,
+	OPT_LISTEN,
+	OPT_KAFKA_DEADLINE
 };
 
 int
@@ -113,6 +120,8 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
 		{"destination", required_argument, NULL, OPT_DESTINATION},
 		{"peer", required_argument, NULL, OPT_PEER},
+		{"listen", required_argument, NULL, OPT_LISTEN},
+		{"kafka-deadline", required_argument, NULL, OPT_KAFKA_DEADLINE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -194,6 +203,25 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				if (opts->n_peers == MAX_PEERS)
 					return usage_error(role, "too many --peer URLs (at most 16), at '%s'", optarg);
 				opts->peers[opts->n_peers++] = optarg;
+				break;
+			case OPT_LISTEN:
+			case OPT_KAFKA_DEADLINE:
+				if (strcmp(role, "ingest") != 0)
+					return usage_error(role,
+									   "--listen and --kafka-deadline only apply to "
+									   "'ingest'%s",
+									   "");
+				if (c == OPT_LISTEN)
+				{
+					opts->listen = optarg;
+					break;
+				}
+				errno = 0;
+				opts->kafka_deadline_ms = (int) strtol(optarg, &end, 10);
+				if (errno != 0 || *end != '\0' || opts->kafka_deadline_ms < 1 ||
+					opts->kafka_deadline_ms > 600000)
+					return usage_error(role, "--kafka-deadline must be 1 to 600000 ms, got '%s'",
+									   optarg);
 				break;
 			case 'v':
 				opts->verbose = true;

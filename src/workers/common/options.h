@@ -20,7 +20,7 @@ typedef struct
 
 typedef struct
 {
-	const char *role;         /* consume, retry, dlq, process */
+	const char *role;         /* consume, retry, dlq, process, ingest */
 	const char *conninfo;     /* libpq conninfo; "" means the PG* environment */
 	const char *destination;  /* consume --destination NAME: a dedicated consumer */
 	int admin_port;           /* -1: no admin HTTP server; 0: a free port */
@@ -31,6 +31,8 @@ typedef struct
 	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
 	int n_kafka_props;
 	kafka_prop kafka_props[MAX_KAFKA_PROPS];
+	const char *listen;    /* ingest --listen ADDRESS:PORT; NULL: 127.0.0.1:8480 */
+	int kafka_deadline_ms; /* ingest --kafka-deadline MS; 0: 1000 */
 } worker_options;
 
 /* Returns 0 and fills opts, or prints what is wrong and returns the exit code to use. */

@@ -1,0 +1,276 @@
+/*
+ * ingest_parse.c: a request's body and headers into records (see ingest_parse.h).
+ */
+#include "ingest_parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+
+#define HEADER_PREFIX     "X-Wal-Header-"
+#define HEADER_PREFIX_LEN (sizeof(HEADER_PREFIX) - 1)
+
+static char *
+must_strndup(const char *s, size_t n)
+{
+	char *copy = strndup(s, n);
+
+	if (copy == NULL)
+		fatal("event=out_of_memory what=ingest_parse");
+	return copy;
+}
+
+typedef struct header_walk
+{
+	ingest_record *record;
+	int status;
+	char why[300];
+} header_walk;
+
+static enum MHD_Result
+take_header(void *arg, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+	header_walk *walk = arg;
+
+	(void) kind;
+	if (strncasecmp(name, HEADER_PREFIX, HEADER_PREFIX_LEN) != 0)
+		return MHD_YES;
+	if (!ingest_record_add_header(walk->record, name + HEADER_PREFIX_LEN,
+								  strlen(name) - HEADER_PREFIX_LEN, value ? value : "",
+								  value ? strlen(value) : 0, &walk->status, walk->why,
+								  sizeof(walk->why)))
+		return MHD_NO; /* stops the walk */
+	return MHD_YES;
+}
+
+static const char *
+header(ingest_request *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, name);
+}
+
+/* Fills the record's topic and routing from the request's topic. */
+static void
+set_topic(ingest_record *r, const ingest_topic *topic)
+{
+	r->topic = must_strndup(topic->name, strlen(topic->name));
+	r->acks = topic->acks;
+	r->needs_processing = topic->needs_processing;
+}
+
+bool
+ingest_parse_single(ingest_request *req)
+{
+	ingest_record *r = ingest_record_new();
+	header_walk walk = {.record = r};
+	const char *content_type = header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+	const char *ikey = header(req, "Idempotency-Key");
+	const char *key = header(req, "X-Wal-Key");
+
+	set_topic(r, req->topic);
+	r->payload = req->body ? req->body : must_strndup("", 0);
+	r->payload_len = req->body_len;
+	req->body = NULL; /* the record owns it now */
+	r->content_type = must_strndup(content_type ? content_type : "application/octet-stream",
+								   content_type ? strlen(content_type) : 24);
+	if (ikey)
+		r->idempotency_key = must_strndup(ikey, strlen(ikey));
+	else
+		ingest_record_generate_key(r);
+	if (key)
+		r->message_key = must_strndup(key, strlen(key));
+	MHD_get_connection_values(req->connection, MHD_HEADER_KIND, take_header, &walk);
+	if (walk.status != 0 ||
+		!ingest_record_check(r, req->topic->record_limit, &walk.status, walk.why, sizeof(walk.why)))
+	{
+		ingest_request_fail(req, walk.status, walk.status == 413 ? "too_large" : "bad_record", "%s",
+							walk.why);
+		ingest_record_release(r);
+		return false;
+	}
+	ingest_request_add_record(req, r);
+	return true;
+}
+
+/* Standard base64 (padding optional); -1 on a character outside the alphabet. */
+static long
+base64_decode(const char *in, size_t len, char *out)
+{
+	unsigned int acc = 0;
+	int bits = 0;
+	long n = 0;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		char c = in[i];
+		int v;
+
+		if (c >= 'A' && c <= 'Z')
+			v = c - 'A';
+		else if (c >= 'a' && c <= 'z')
+			v = c - 'a' + 26;
+		else if (c >= '0' && c <= '9')
+			v = c - '0' + 52;
+		else if (c == '+')
+			v = 62;
+		else if (c == '/')
+			v = 63;
+		else if (c == '=')
+			break;
+		else
+			return -1;
+		acc = (acc << 6) | (unsigned int) v;
+		bits += 6;
+		if (bits >= 8)
+		{
+			bits -= 8;
+			out[n++] = (char) ((acc >> bits) & 0xff);
+		}
+	}
+	return n;
+}
+
+/* One NDJSON line into a record; false with the status and why. */
+static bool
+parse_line(ingest_request *req, json_t *line, ingest_record *r, int *status, char *why,
+		   size_t why_size)
+{
+	json_t *value = json_object_get(line, "value");
+	json_t *b64 = json_object_get(line, "value_base64");
+	json_t *ikey = json_object_get(line, "idempotency_key");
+	json_t *key = json_object_get(line, "key");
+	json_t *headers = json_object_get(line, "headers");
+	json_t *ctype = json_object_get(line, "content_type");
+	const char *name;
+	json_t *hv;
+
+	*status = 400;
+	if (!json_is_object(line) || (value == NULL) == (b64 == NULL))
+		return snprintf(why, why_size,
+						"a line must be an object with \"value\" or "
+						"\"value_base64\" (one of them)"),
+			   false;
+	if ((ikey && !json_is_string(ikey)) || (key && !json_is_string(key)) ||
+		(ctype && !json_is_string(ctype)) || (headers && !json_is_object(headers)))
+		return snprintf(why, why_size,
+						"idempotency_key, key and content_type must be strings "
+						"and headers an object"),
+			   false;
+	set_topic(r, req->topic);
+	if (value)
+	{
+		r->payload = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+		r->payload_len = strlen(r->payload);
+	}
+	else
+	{
+		const char *text = json_string_value(b64);
+		size_t len = json_string_length(b64);
+		long n;
+
+		if (text == NULL)
+			return snprintf(why, why_size, "value_base64 must be a string"), false;
+		r->payload = malloc(len * 3 / 4 + 3);
+		n = base64_decode(text, len, r->payload);
+		if (n < 0)
+			return snprintf(why, why_size, "value_base64 is not base64"), false;
+		r->payload_len = (size_t) n;
+	}
+	name = ctype   ? json_string_value(ctype)
+		   : value ? "application/json"
+				   : "application/octet-stream";
+	r->content_type = must_strndup(name, strlen(name));
+	if (ikey)
+		r->idempotency_key = must_strndup(json_string_value(ikey), json_string_length(ikey));
+	else
+		ingest_record_generate_key(r);
+	if (key)
+		r->message_key = must_strndup(json_string_value(key), json_string_length(key));
+	json_object_foreach(headers, name, hv)
+	{
+		if (!json_is_string(hv))
+			return snprintf(why, why_size, "header \"%.100s\" must be a string", name), false;
+		if (!ingest_record_add_header(r, name, strlen(name), json_string_value(hv),
+									  json_string_length(hv), status, why, why_size))
+			return false;
+	}
+	return ingest_record_check(r, req->topic->record_limit, status, why, why_size);
+}
+
+bool
+ingest_parse_batch(ingest_request *req)
+{
+	const char *p = req->body ? req->body : "";
+	const char *end = p + req->body_len;
+	int line_no = 0;
+	ingest_record **records = NULL;
+	int n = 0;
+	bool ok = true;
+
+	while (ok && p < end)
+	{
+		const char *nl = memchr(p, '\n', (size_t) (end - p));
+		const char *line_end = nl ? nl : end;
+		json_error_t jerr;
+		json_t *line;
+		ingest_record *r;
+		int status = 0;
+		char why[300];
+
+		line_no++;
+		if (line_end == p || (line_end - p == 1 && *p == '\r'))
+		{
+			p = line_end + 1;
+			continue; /* blank lines are allowed */
+		}
+		if (n == INGEST_BATCH_MAX_RECORDS)
+		{
+			ingest_request_fail(req, 413, "too_large", "a batch holds at most %d records",
+								INGEST_BATCH_MAX_RECORDS);
+			ok = false;
+			break;
+		}
+		line = json_loadb(p, (size_t) (line_end - p), JSON_DECODE_ANY, &jerr);
+		if (line == NULL)
+		{
+			ingest_request_fail(req, 400, "bad_record", "line %d: not JSON: %s", line_no,
+								jerr.text);
+			ok = false;
+			break;
+		}
+		r = ingest_record_new();
+		if (!parse_line(req, line, r, &status, why, sizeof(why)))
+		{
+			ingest_request_fail(req, status, status == 413 ? "too_large" : "bad_record",
+								"line %d: %s", line_no, why);
+			ingest_record_release(r);
+			ok = false;
+		}
+		else
+		{
+			if ((n & (n - 1)) == 0)
+				records = realloc(records, sizeof(*records) * (n ? n * 2 : 1));
+			records[n++] = r;
+		}
+		json_decref(line);
+		p = line_end + 1;
+	}
+	if (ok && n == 0)
+	{
+		ingest_request_fail(req, 400, "bad_record", "the batch holds no record");
+		ok = false;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (ok)
+			ingest_request_add_record(req, records[i]);
+		else
+			ingest_record_release(records[i]);
+	}
+	free(records);
+	return ok;
+}

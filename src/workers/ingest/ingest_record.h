@@ -1,0 +1,110 @@
+/*
+ * ingest_record.h: one record received over HTTP, on its way to Kafka or the outbox.
+ *
+ * A record is settled exactly once: by Kafka's delivery report (201), by the outbox
+ * commit (202) or by a failure (an HTTP status and an error). `route` decides who may
+ * settle it: while it is ROUTE_KAFKA the delivery report or the deadline may take it
+ * (compare-and-swap), once it is ROUTE_OUTBOX only the outbox writer does. A delivery
+ * report that finds the record already handed to the outbox is a late ack: the record
+ * is then in Kafka twice (counted, at least once).
+ *
+ * References: the request holds one; librdkafka holds one while the message is queued
+ * and the deadline list one while the record is on it. The last release frees it.
+ */
+#ifndef WAL_INGEST_RECORD_H
+#define WAL_INGEST_RECORD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define INGEST_MAX_HEADERS      64
+#define INGEST_MAX_IKEY_BYTES   200
+#define INGEST_MAX_KEY_BYTES    1024
+#define INGEST_MAX_HEADER_NAME  256
+#define INGEST_MAX_CONTENT_TYPE 255
+#define INGEST_CREATED_AT_BYTES 64
+
+struct ingest_request;
+
+enum
+{
+	ROUTE_KAFKA,  /* produced; the delivery report or the deadline settles it */
+	ROUTE_OUTBOX, /* handed to the outbox writer, which settles it */
+	ROUTE_SETTLED
+};
+
+typedef enum
+{
+	OUTCOME_NONE,
+	OUTCOME_KAFKA,  /* acknowledged by Kafka with the topic's acks */
+	OUTCOME_OUTBOX, /* committed to the outbox */
+	OUTCOME_FAILED
+} record_outcome;
+
+typedef struct ingest_record
+{
+	/* what it is */
+	char *topic;
+	int acks;
+	bool needs_processing;
+	char *payload;
+	size_t payload_len;
+	char *content_type;
+	char *idempotency_key;
+	bool key_generated;
+	char *message_key; /* NULL: none */
+	int n_headers;
+	char *header_names[INGEST_MAX_HEADERS];
+	char *header_values[INGEST_MAX_HEADERS];
+	char created_at[INGEST_CREATED_AT_BYTES];
+
+	/* how it ended */
+	atomic_int route;
+	record_outcome outcome;
+	int32_t partition;
+	int64_t offset;
+	int64_t outbox_id;
+	int http_status;     /* of a failure */
+	char error_code[48]; /* of a failure: a short name such as kafka_and_outbox_down */
+	char *error_message;
+	const char *fallback_reason; /* why it went to the outbox, NULL when it did not */
+
+	struct ingest_request *request;
+	int index; /* its place in the request */
+	atomic_int refs;
+	int64_t deadline_ms;                 /* when the outbox takes over (ROUTE_KAFKA) */
+	struct ingest_record *next_inflight; /* the deadline list */
+	struct ingest_record *next_queued;   /* the outbox queue */
+} ingest_record;
+
+ingest_record *ingest_record_new(void);
+void ingest_record_ref(ingest_record *r);
+void ingest_record_release(ingest_record *r);
+
+/* A UUID v4 as the idempotency key when the client gave none. */
+void ingest_record_generate_key(ingest_record *r);
+
+/* Adds a record header; false with why filled when a rule refuses it. */
+bool ingest_record_add_header(ingest_record *r, const char *name, size_t name_len,
+							  const char *value, size_t value_len, int *status, char *why,
+							  size_t why_size);
+
+/*
+ * The rules wal_enqueue applies (sql/src/enqueue.sql, check_record) to the keys and the
+ * size; false with the HTTP status (400 or 413) and why.
+ */
+bool ingest_record_check(const ingest_record *r, int record_limit, int *status, char *why,
+						 size_t why_size);
+
+/* Where a byte below 0x20 or 0x7f is, or -1. */
+long control_character_at(const char *s, size_t len);
+
+/* Settlement: each is called once, by whoever won the record (see above). */
+void ingest_record_settle_kafka(ingest_record *r, int32_t partition, int64_t offset);
+void ingest_record_settle_outbox(ingest_record *r, int64_t outbox_id);
+void ingest_record_settle_failed(ingest_record *r, int http_status, const char *code,
+								 const char *message);
+
+#endif

@@ -1,0 +1,236 @@
+/*
+ * ingest_request.c: a request's records, its wait and its answer (see ingest_request.h).
+ */
+#include "ingest_request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "ingest/ingest_metrics.h"
+
+/* How long a client is asked to wait before it sends again after a 503. */
+#define RETRY_AFTER_SECONDS "1"
+
+ingest_request *
+ingest_request_new(struct MHD_Connection *connection)
+{
+	ingest_request *req = calloc(1, sizeof(*req));
+
+	if (req == NULL)
+		fatal("event=out_of_memory what=ingest_request");
+	req->connection = connection;
+	req->started_ms = now_ms();
+	pthread_mutex_init(&req->lock, NULL);
+	return req;
+}
+
+void
+ingest_request_free(ingest_request *req)
+{
+	if (req == NULL)
+		return;
+	for (int i = 0; i < req->n_records; i++)
+		ingest_record_release(req->records[i]);
+	free(req->records);
+	free(req->body);
+	ingest_catalog_release(req->catalog);
+	pthread_mutex_destroy(&req->lock);
+	free(req);
+}
+
+void
+ingest_request_fail(ingest_request *req, int status, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (req->error_status != 0)
+		return;
+	req->error_status = status;
+	snprintf(req->error_code, sizeof(req->error_code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(req->error_message, sizeof(req->error_message), fmt, ap);
+	va_end(ap);
+}
+
+void
+ingest_request_add_record(ingest_request *req, ingest_record *r)
+{
+	ingest_record **grown;
+
+	if ((req->n_records & (req->n_records - 1)) == 0)
+	{
+		grown = realloc(req->records, sizeof(*grown) * (req->n_records ? req->n_records * 2 : 1));
+		if (grown == NULL)
+			fatal("event=out_of_memory what=ingest_request");
+		req->records = grown;
+	}
+	r->request = req;
+	r->index = req->n_records;
+	req->records[req->n_records++] = r;
+	req->outstanding++;
+}
+
+bool
+ingest_request_wait(ingest_request *req)
+{
+	bool done;
+
+	pthread_mutex_lock(&req->lock);
+	req->handed_on = true;
+	done = req->outstanding == 0;
+	if (!done)
+	{
+		/* Under the lock, so the last settlement sees it and resumes. */
+		MHD_suspend_connection(req->connection);
+		req->suspended = true;
+	}
+	pthread_mutex_unlock(&req->lock);
+	return done;
+}
+
+void
+ingest_request_record_done(ingest_request *req)
+{
+	pthread_mutex_lock(&req->lock);
+	if (--req->outstanding == 0 && req->suspended)
+	{
+		req->suspended = false;
+		MHD_resume_connection(req->connection);
+	}
+	pthread_mutex_unlock(&req->lock);
+}
+
+static enum MHD_Result
+send_json(struct MHD_Connection *connection, int status, json_t *body, const char *ikey)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	size_t len;
+	struct MHD_Response *response;
+	enum MHD_Result result;
+	char status_text[8];
+	const char *labels[] = {status_text};
+
+	json_decref(body);
+	if (text == NULL)
+		return MHD_NO;
+	len = strlen(text);
+	text[len] = '\0';
+	response = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (response == NULL)
+	{
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (ikey != NULL)
+		MHD_add_response_header(response, "Idempotency-Key", ikey);
+	if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_SECONDS);
+	result = MHD_queue_response(connection, (unsigned int) status, response);
+	MHD_destroy_response(response);
+	snprintf(status_text, sizeof(status_text), "%d", status);
+	metric_add(ingest_m.requests, 1, labels);
+	return result;
+}
+
+enum MHD_Result
+ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
+				  const char *message)
+{
+	return send_json(connection, status, json_pack("{s:s, s:s}", "error", code, "message", message),
+					 NULL);
+}
+
+/* One record's part of the answer. */
+static json_t *
+record_json(const ingest_record *r)
+{
+	json_t *o = json_pack("{s:s, s:s}", "topic", r->topic, "idempotency_key", r->idempotency_key);
+
+	switch (r->outcome)
+	{
+		case OUTCOME_KAFKA:
+			json_object_set_new(o, "path", json_string("kafka"));
+			json_object_set_new(o, "partition", json_integer(r->partition));
+			json_object_set_new(o, "offset", json_integer(r->offset));
+			break;
+		case OUTCOME_OUTBOX:
+			json_object_set_new(o, "path", json_string("outbox"));
+			json_object_set_new(o, "outbox_id", json_integer(r->outbox_id));
+			break;
+		default:
+			json_object_set_new(o, "status", json_integer(r->http_status));
+			json_object_set_new(o, "error", json_string(r->error_code));
+			json_object_set_new(o, "message",
+								json_string(r->error_message ? r->error_message : ""));
+			break;
+	}
+	return o;
+}
+
+static void
+observe_latency(const ingest_request *req, int n_kafka, int n_outbox)
+{
+	const char *path = n_kafka && n_outbox ? "mixed"
+					   : n_kafka           ? "kafka"
+					   : n_outbox          ? "outbox"
+										   : "none";
+	const char *labels[] = {path};
+
+	metric_observe(ingest_m.request_seconds, (now_ms() - req->started_ms) / 1000.0, labels);
+}
+
+enum MHD_Result
+ingest_request_answer(ingest_request *req)
+{
+	int n_kafka = 0, n_outbox = 0, status = 0;
+	const ingest_record *failed = NULL;
+	json_t *body;
+
+	if (req->error_status != 0)
+	{
+		observe_latency(req, 0, 0);
+		return ingest_send_error(req->connection, req->error_status, req->error_code,
+								 req->error_message);
+	}
+	for (int i = 0; i < req->n_records; i++)
+	{
+		const ingest_record *r = req->records[i];
+
+		if (r->outcome == OUTCOME_KAFKA)
+			n_kafka++;
+		else if (r->outcome == OUTCOME_OUTBOX)
+			n_outbox++;
+		else if (failed == NULL)
+			failed = r;
+	}
+	observe_latency(req, n_kafka, n_outbox);
+	status = failed ? failed->http_status : n_outbox ? 202 : 201;
+	if (!req->batch)
+	{
+		const ingest_record *r = req->records[0];
+
+		body = record_json(r);
+		json_object_del(body, "status"); /* it is the answer's */
+		return send_json(req->connection, status, body, r->idempotency_key);
+	}
+	body = json_pack("{s:i, s:i, s:i, s:o}", "kafka", n_kafka, "outbox", n_outbox, "failed",
+					 req->n_records - n_kafka - n_outbox, "records", json_array());
+	for (int i = 0; i < req->n_records; i++)
+		json_array_append_new(json_object_get(body, "records"), record_json(req->records[i]));
+	if (failed)
+	{
+		json_object_set_new(body, "error", json_string(failed->error_code));
+		json_object_set_new(body, "message",
+							json_string("some records are not durable (see records); send them "
+										"again with the same idempotency keys"));
+	}
+	return send_json(req->connection, status, body, NULL);
+}
