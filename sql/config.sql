@@ -79,3 +79,97 @@ COMMIT;
 SELECT count(*) AS rows_left FROM wal_delivery.outbox WHERE topic = 'defaults.topic';
 SELECT count(*) AS subscriptions_left FROM wal_delivery.subscriptions;
 DELETE FROM wal_delivery.topics;
+
+-- What keeps one bad row from stopping the fleet, as a DBA runs it: a non-superuser login
+-- member of wal_delivery_admin (README, "Checks on the config tables").
+CREATE FUNCTION regress.proc_text(payload bytea) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$;
+CREATE FUNCTION regress.proc_set(payload bytea) RETURNS SETOF bytea LANGUAGE sql AS $$ SELECT payload $$;
+CREATE PROCEDURE regress.proc_proc(payload bytea) LANGUAGE sql AS $$ SELECT 1 $$;
+CREATE ROLE regress_config_admin LOGIN IN ROLE wal_delivery_admin;
+GRANT USAGE ON SCHEMA regress TO regress_config_admin;
+GRANT EXECUTE ON FUNCTION regress.try(text) TO regress_config_admin;
+SET SESSION AUTHORIZATION regress_config_admin;
+-- Topic names Kafka refuses, Kafka's own, and names of the system's own topics.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('.')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('..')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('__consumer_offsets')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES (repeat('a', 250))$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('wal_delivery.dlq')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('wal_delivery.retry.2')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('wal_delivery_retry_3')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES (repeat('a', 249))$$);
+-- "." and "_" are the same to Kafka; a topic may rename itself across them.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('k.a.b')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('k_a_b')$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.topics SET name = 'k.a_b' WHERE name = 'k.a.b'$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('k.r.1')$$);
+-- Settings against the topics, and against themselves.
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = 'k_a.b'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = 'k.r.'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = 'wal_delivery.retry.1'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = '__wd.'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = '..'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = repeat('r', 249)$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_dlq_retention = '101 years'$$);
+SELECT retry_topic_prefix, dlq_topic FROM wal_delivery.settings;
+-- Bounds: partitions can only grow in Kafka; counters and timestamps must not overflow.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, partitions) VALUES ('k.p', 1001)$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processing_max_attempts) VALUES ('k.p', 1001)$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processing_backoff) VALUES ('k.p', '6 minutes')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processing_lease) VALUES ('k.p', '2 days')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, retention) VALUES ('k.p', '101 years')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, idempotency_window) VALUES ('k.p', '101 years')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, partitions, processing_max_attempts) VALUES ('k.p', 1000, 1000)$$);
+-- SQL processors: a plain function from bytea to bytea, outside a temporary schema.
+CREATE FUNCTION pg_temp.proc_tmp(payload bytea) RETURNS bytea LANGUAGE sql AS $$ SELECT payload $$;
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processor_kind, processor) VALUES ('k.proc', 'sql', 'pg_temp.proc_tmp')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processor_kind, processor) VALUES ('k.proc', 'sql', 'regress.proc_text')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processor_kind, processor) VALUES ('k.proc', 'sql', 'regress.proc_set')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processor_kind, processor) VALUES ('k.proc', 'sql', 'regress.proc_proc')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name, processor_kind, processor) VALUES ('k.proc', 'http', E'http://transform.test/x\r\nHost: evil')$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.topics SET processor_kind = 'sql', processor = 'regress.proc_text' WHERE name = 'k.p'$$);
+-- Destination headers: no framing, hop-by-hop or system headers, tokens only, no CR/LF.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Content-Length": "0"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"transfer-encoding": "chunked"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Host": "other.test"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Connection": "close"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Proxy-Authorization": "Basic x"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Idempotency-Key": "k"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"X-Wal-Topic": "t"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"webhook-signature": "v1,x"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Content-Type": "text/plain"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"Bad Name": "x"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"X-Ok": "a\r\nInjected: 1"}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers) VALUES ('k-d', 'http://x/', '{"X-Ok": "a\u0000b"}')$$);
+-- Endpoints: whole http(s) URLs.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x/a b')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', E'http://x/\r\nHost: evil')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://user:pw@x/')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x:0/')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x:70000/')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x/#frag')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x/%zz')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x/"q"')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http:///path')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('k-d', 'http://x/' || repeat('a', 2048))$$);
+-- Retry delays against the retry topics' retention, both ways; the probe interval.
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, retry_delays) VALUES ('k-d', 'http://x/', '{1 day,2 days,12 days}')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, probe_interval) VALUES ('k-d', 'http://x/', '500 milliseconds')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, probe_interval) VALUES ('k-d', 'http://x/', '2 days')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers, retry_delays, retry_jitter)
+                            VALUES ('k-d', 'https://[::1]:8443/hooks?x=%20', '{"Authorization": "Bearer x", "X-Team": "b"}', '{1 day,2 days,12 days}', 0)$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_dlq_retention = '12 days'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.destinations SET retry_jitter = 0.2 WHERE name = 'k-d'$$);
+-- The DLQ alert URL.
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_alert_url = E'https://alerts.test/x\r\nHost: evil'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_alert_url = 'https://ops:secret@alerts.test/x'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_alert_url = 'https://alerts.test/x'$$);
+UPDATE wal_delivery.settings SET dlq_alert_url = NULL;
+RESET SESSION AUTHORIZATION;
+SELECT name FROM wal_delivery.topics WHERE name LIKE 'k%' ORDER BY name;
+SELECT name, endpoint FROM wal_delivery.destinations WHERE name LIKE 'k%' ORDER BY name;
+DELETE FROM wal_delivery.destinations WHERE name = 'k-d';
+DELETE FROM wal_delivery.topics;
+DROP OWNED BY regress_config_admin;
+DROP ROLE regress_config_admin;

@@ -33,6 +33,56 @@ LANGUAGE sql IMMUTABLE AS $$
                              WHERE pg_catalog.jsonb_typeof(e.value) <> 'string'))
 $$;
 
+-- Why p_name is not a Kafka topic name the system may create, or NULL when it is. Kafka's
+-- rules: 1 to 249 of [A-Za-z0-9._-], not "." or "..". Names starting with "__" are
+-- refused too: Kafka keeps them for itself (__consumer_offsets, __transaction_state).
+CREATE FUNCTION wal_delivery.topic_name_problem(p_name text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_name IS NULL THEN 'it is NULL'
+        WHEN p_name !~ '^[A-Za-z0-9._-]{1,249}$' THEN 'a Kafka topic name is 1 to 249 letters, digits, ".", "_" or "-"'
+        WHEN p_name IN ('.', '..') THEN 'Kafka refuses "." and ".." as topic names'
+        WHEN p_name LIKE '\_\_%' THEN 'names starting with "__" are Kafka''s own (__consumer_offsets, __transaction_state)'
+    END
+$$;
+
+-- Two topic names Kafka treats as the same: it refuses a topic whose name differs from an
+-- existing one only by "." against "_" (their metric names would collide).
+CREATE FUNCTION wal_delivery.kafka_collision_key(p_name text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT translate(p_name, '.', '_')
+$$;
+
+-- Why p_url is not an acceptable http(s) URL for the workers to call, or NULL when it is.
+-- The whole URL is checked, since libcurl and the servers behind it each parse it: printable
+-- ASCII only (no spaces, CR, LF or other control characters), http or https, a host with an
+-- optional port, no credentials (they would be logged and shown with the URL; use a header),
+-- no fragment, only characters RFC 3986 allows unencoded, at most 2048 characters.
+CREATE FUNCTION wal_delivery.http_url_problem(p_url text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_url IS NULL THEN 'it is NULL'
+        WHEN length(p_url) > 2048 THEN 'it is longer than 2048 characters'
+        WHEN p_url ~ '[^!-~]' THEN 'it contains a space, a control character (CR, LF, tab, ...) or a non-ASCII character; percent-encode them'
+        WHEN p_url !~* '^https?://' THEN 'it must start with http:// or https://'
+        WHEN p_url ~ '^[^:]+://[^/?#]*@' THEN 'it must not carry credentials (user:password@); send them in a header such as Authorization'
+        WHEN p_url !~* '^https?://(\[[0-9a-f:.]+\]|[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?)(:[0-9]{1,5})?([/?].*)?$'
+            THEN 'it needs a host (a DNS name, an IPv4 address or a bracketed IPv6 address) with an optional :port, then nothing or a path or query'
+        WHEN coalesce(substring(p_url FROM '^[^:]+://[^/?]*:([0-9]{1,5})(?:[/?]|$)')::integer, 1) NOT BETWEEN 1 AND 65535
+            THEN 'its port must be between 1 and 65535'
+        WHEN p_url ~ '#' THEN 'it must not have a #fragment (servers never see it)'
+        WHEN p_url ~ '[^A-Za-z0-9._~:/?@!$&''()*+,;=%\[\]-]' THEN 'it contains a character that must be percent-encoded (one of " < > \ ^ ` { | })'
+        WHEN p_url ~ '%($|.$|[^0-9A-Fa-f]|.[^0-9A-Fa-f])' THEN 'a "%" must start a percent-encoding such as %20'
+    END
+$$;
+
+-- A URL as error messages may show it: credentials masked, at most 200 characters.
+CREATE FUNCTION wal_delivery.url_for_message(p_url text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN length(u) > 200 THEN left(u, 200) || '...' ELSE u END
+      FROM (SELECT regexp_replace(p_url, '^([^:/]+://)[^/?#]*@', '\1***@') AS u) masked
+$$;
+
 -- ==== sql/src/config/version.sql
 
 -- The config version: one number that every committed change to the control plane bumps,
@@ -105,13 +155,61 @@ CREATE TABLE wal_delivery.settings (
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
 
--- Refuses bad settings (archive.sql checks the archive_* ones).
-CREATE FUNCTION wal_delivery.check_settings() RETURNS trigger
+-- Refuses retry and DLQ topic names Kafka would refuse, that collide with each other, or
+-- that would be the same Kafka topic as a topic of wal_delivery.topics ("." and "_" count
+-- as the same in Kafka).
+CREATE FUNCTION wal_delivery.check_internal_topic_names(p_retry_topic_prefix text, p_dlq_topic text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
 BEGIN
-    IF NEW.retry_dlq_retention <= interval '0' OR NEW.dead_letter_archive_after <= interval '0'
-       OR NEW.consumer_dedupe_ttl < interval '0' THEN
-        PERFORM wal_delivery.refuse_setting('retry_dlq_retention and dead_letter_archive_after must be positive and consumer_dedupe_ttl not negative',
+    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 248 THEN
+        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 248 characters (a step number follows it)',
+            p_retry_topic_prefix, 'The default is wal_delivery.retry.');
+    END IF;
+    FOR r IN SELECT i.topic, i.what, wal_delivery.topic_name_problem(i.topic) AS problem
+               FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i LOOP
+        IF r.problem IS NOT NULL THEN
+            PERFORM wal_delivery.refuse_setting(format('the %s "%s" is not a valid Kafka topic name: %s', r.what, r.topic, r.problem),
+                CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
+                'retry_topic_prefix (followed by 1, 2, 3) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
+                WHERE i.what <> 'DLQ topic'
+                  AND wal_delivery.kafka_collision_key(i.topic) = wal_delivery.kafka_collision_key(p_dlq_topic)) THEN
+        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics', p_dlq_topic,
+            format('The retry steps are %s1, %s2 and %s3 ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
+    END IF;
+    PERFORM wal_delivery.lock_topic_names();
+    SELECT t.name, i.what INTO r
+      FROM wal_delivery.topics t, wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
+     WHERE wal_delivery.kafka_collision_key(t.name) = wal_delivery.kafka_collision_key(i.topic)
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM wal_delivery.refuse_setting(format('the %s would be the same Kafka topic as topic "%s"', r.what, r.name),
+            CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
+            'Choose a retry_topic_prefix and dlq_topic that no topic of wal_delivery.topics uses.');
+    END IF;
+END $$;
+
+-- The longest a retry step may hold a message before it is due: the longest delay plus
+-- its largest jitter. NULL when the delays are not yet valid.
+CREATE FUNCTION wal_delivery.longest_retry_wait(p_delays interval[], p_jitter real) RETURNS interval
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT max(d) * (1 + coalesce(p_jitter, 0)::numeric::float8) FROM unnest(p_delays) d  -- 0.2, not 0.2000000029
+$$;
+
+-- Refuses bad settings (archive.sql checks the archive_* ones).
+-- SECURITY DEFINER: the admin role writes the row, the checks read topics and destinations.
+CREATE FUNCTION wal_delivery.check_settings() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    late record;
+BEGIN
+    IF NEW.retry_dlq_retention <= interval '0' OR NEW.retry_dlq_retention > interval '100 years'
+       OR NEW.dead_letter_archive_after <= interval '0' OR NEW.consumer_dedupe_ttl < interval '0' THEN
+        PERFORM wal_delivery.refuse_setting('retry_dlq_retention must be positive and at most 100 years, dead_letter_archive_after positive and consumer_dedupe_ttl not negative',
             format('%s, %s and %s', NEW.retry_dlq_retention, NEW.dead_letter_archive_after, NEW.consumer_dedupe_ttl), 'The defaults are 14 days, 10 days and 1 day.');
     END IF;
     IF NEW.dead_letter_archive_after >= NEW.retry_dlq_retention THEN
@@ -119,9 +217,23 @@ BEGIN
             format('%s against %s', NEW.dead_letter_archive_after, NEW.retry_dlq_retention),
             'Dead letters must be archived before Kafka''s retention could drop them.');
     END IF;
-    IF NEW.retry_topic_prefix !~ '^[A-Za-z0-9._-]{1,200}$' OR NEW.dlq_topic !~ '^[A-Za-z0-9._-]{1,200}$' THEN
-        PERFORM wal_delivery.refuse_setting('retry_topic_prefix and dlq_topic must be valid Kafka topic names',
-            NEW.retry_topic_prefix || ' and ' || NEW.dlq_topic, 'Use letters, digits, ".", "_" and "-".');
+    IF TG_OP = 'INSERT' OR NEW.retry_topic_prefix IS DISTINCT FROM OLD.retry_topic_prefix
+       OR NEW.dlq_topic IS DISTINCT FROM OLD.dlq_topic THEN
+        PERFORM wal_delivery.check_internal_topic_names(NEW.retry_topic_prefix, NEW.dlq_topic);
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.retry_dlq_retention IS DISTINCT FROM OLD.retry_dlq_retention THEN
+        SELECT d.name, d.retry_delays, d.retry_jitter INTO late FROM wal_delivery.destinations d
+         WHERE wal_delivery.longest_retry_wait(d.retry_delays, d.retry_jitter) >= NEW.retry_dlq_retention
+         ORDER BY d.name LIMIT 1;
+        IF FOUND THEN
+            PERFORM wal_delivery.refuse_setting(format('retry_dlq_retention must be longer than every destination''s longest retry delay with jitter; destination "%s" waits up to %s',
+                    late.name, wal_delivery.longest_retry_wait(late.retry_delays, late.retry_jitter)),
+                NEW.retry_dlq_retention::text, 'Kafka would delete a retry message before it is due. Shorten that destination''s retry_delays first, or keep the retention (14 days by default).');
+        END IF;
+    END IF;
+    IF NEW.dlq_alert_url IS NOT NULL AND wal_delivery.http_url_problem(NEW.dlq_alert_url) IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('dlq_alert_url must be an http:// or https:// URL: %s', wal_delivery.http_url_problem(NEW.dlq_alert_url)),
+            wal_delivery.url_for_message(NEW.dlq_alert_url), 'For example https://alerts.internal/wal-dead-letters, or NULL for the metric only.');
     END IF;
     IF NEW.internal_topic_replication_factor IS NULL OR NEW.internal_topic_replication_factor < 1
        OR NEW.internal_topic_min_insync_replicas IS NULL
@@ -165,27 +277,106 @@ CREATE TABLE wal_delivery.topics (
     -- lease: the lease fences writers, this bounds one attempt.
     processing_timeout interval NOT NULL DEFAULT '10 seconds',
     CHECK (acks IN (-1, 1)),
-    CHECK (partitions >= 1 AND replication_factor >= 1),
+    CHECK (partitions BETWEEN 1 AND 1000 AND replication_factor >= 1),
     CHECK (min_insync_replicas BETWEEN 1 AND replication_factor),
     CHECK (processor_kind IN ('sql', 'http')),
     CHECK ((processor_kind IS NULL) = (processor IS NULL))
 );
 
--- Refuses a bad topic with a message naming the setting, the value and what to use.
-CREATE FUNCTION wal_delivery.check_topic() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- The Kafka topics the settings reserve for the system: the three retry steps and the DLQ.
+CREATE FUNCTION wal_delivery.internal_topic_names(p_retry_topic_prefix text, p_dlq_topic text)
+RETURNS TABLE (topic text, what text)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_retry_topic_prefix || step, 'retry step ' || step FROM generate_series(1, 3) step
+    UNION ALL
+    SELECT p_dlq_topic, 'DLQ topic'
+$$;
+
+-- Serializes the writes that name Kafka topics (topics, settings), so two transactions
+-- cannot each add one half of a collision the other's check did not see yet.
+CREATE FUNCTION wal_delivery.lock_topic_names() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_advisory_xact_lock(7135201473309218816)
+$$;
+
+-- Largest partitions of a topic. Kafka can add partitions but never remove them, so a typo
+-- would stay for good; and each partition costs every broker holding a replica (Kafka's
+-- guidance: at most about 4,000 replicas per broker): 1,000 partitions at replication
+-- factor 3 on three brokers already take a quarter of that, far more than the few
+-- consumers of a topic here can use (one consumer per partition at most).
+CREATE FUNCTION wal_delivery.max_topic_partitions() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT 1000';
+
+-- Why a SQL processor cannot be used, or NULL: it must be a plain function taking one
+-- bytea and returning bytea (not a set), outside any temporary schema (which disappears
+-- with its session, and which the workers' sessions would not see).
+CREATE FUNCTION wal_delivery.sql_processor_problem(p_processor text) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f regprocedure := to_regprocedure(p_processor || '(bytea)');
+    p record;
 BEGIN
-    IF NEW.name IS NULL OR NEW.name !~ '^[A-Za-z0-9._-]{1,200}$' THEN
-        RAISE EXCEPTION 'invalid topic name "%"', NEW.name
+    IF f IS NULL THEN
+        RETURN 'it must name an existing function taking bytea';
+    END IF;
+    SELECT prorettype, proretset, prokind, pronamespace INTO p FROM pg_proc WHERE oid = f;
+    IF p.pronamespace = pg_my_temp_schema() OR pg_is_other_temp_schema(p.pronamespace) THEN
+        RETURN format('%s lives in a temporary schema, which goes away with its session', f);
+    ELSIF p.prokind <> 'f' THEN
+        RETURN format('%s is not a plain function', f);
+    ELSIF p.prorettype <> 'bytea'::regtype OR p.proretset THEN
+        RETURN format('%s returns %s%s, not bytea', f, CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END, p.prorettype::regtype);
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Refuses a topic whose name Kafka would refuse or that would be the same Kafka topic as
+-- a retry step, the DLQ or another topic ("." and "_" collide in Kafka).
+CREATE FUNCTION wal_delivery.check_topic_name(p_name text, p_old_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    problem text := wal_delivery.topic_name_problem(p_name);
+    clash record;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid topic name "%": %', p_name, problem
             USING ERRCODE = 'invalid_name',
-                  HINT = 'A topic name is 1 to 200 letters, digits, ".", "_" or "-" (what Kafka accepts).';
+                  HINT = 'A topic name is 1 to 249 letters, digits, ".", "_" or "-", not "." or "..", not starting with "__" (what Kafka accepts).';
+    END IF;
+    PERFORM wal_delivery.lock_topic_names();
+    SELECT i.topic, i.what INTO clash
+      FROM wal_delivery.settings s, wal_delivery.internal_topic_names(s.retry_topic_prefix, s.dlq_topic) i
+     WHERE wal_delivery.kafka_collision_key(i.topic) = wal_delivery.kafka_collision_key(p_name);
+    IF FOUND THEN
+        PERFORM wal_delivery.refuse_setting(format('topic "%s" would be the same Kafka topic as the %s', p_name, clash.what), clash.topic,
+            'Choose another name: settings.retry_topic_prefix and settings.dlq_topic name the system''s own topics ("." and "_" count as the same in Kafka).');
+    END IF;
+    SELECT t.name AS topic INTO clash FROM wal_delivery.topics t
+     WHERE wal_delivery.kafka_collision_key(t.name) = wal_delivery.kafka_collision_key(p_name)
+       AND t.name <> p_name AND t.name IS DISTINCT FROM p_old_name;
+    IF FOUND THEN
+        PERFORM wal_delivery.refuse_setting(format('topic "%s" would be the same Kafka topic as topic "%s"', p_name, clash.topic), clash.topic,
+            'Kafka refuses two topic names that differ only by "." against "_"; choose another name.');
+    END IF;
+END $$;
+
+-- Refuses a bad topic with a message naming the setting, the value and what to use.
+-- SECURITY DEFINER: the admin role writes the row, the checks read settings and pg_proc.
+CREATE FUNCTION wal_delivery.check_topic() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    problem text;
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.name IS DISTINCT FROM OLD.name THEN
+        PERFORM wal_delivery.check_topic_name(NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.name END);
     END IF;
     IF NEW.acks IS NULL OR NEW.acks NOT IN (-1, 1) THEN
         PERFORM wal_delivery.refuse_setting(format('acks of topic "%s" must be -1 (all in-sync replicas) or 1 (leader only)', NEW.name),
             NEW.acks::text, 'Use -1 (the default), or 1 for a topic that may lose records on a leader crash. 0 is refused: nothing would wait for Kafka, which breaks "durable after ack".');
     END IF;
-    IF NEW.partitions IS NULL OR NEW.partitions < 1 THEN
-        PERFORM wal_delivery.refuse_setting(format('partitions of topic "%s" must be at least 1', NEW.name), NEW.partitions::text, 'Use 1 or more partitions.');
+    IF NEW.partitions IS NULL OR NEW.partitions NOT BETWEEN 1 AND wal_delivery.max_topic_partitions() THEN
+        PERFORM wal_delivery.refuse_setting(format('partitions of topic "%s" must be between 1 and %s', NEW.name, wal_delivery.max_topic_partitions()), NEW.partitions::text,
+            'The default is 3. Kafka can add partitions but never remove them, and a consumer group uses at most one consumer per partition.');
     END IF;
     IF NEW.replication_factor IS NULL OR NEW.replication_factor < 1 THEN
         PERFORM wal_delivery.refuse_setting(format('replication_factor of topic "%s" must be at least 1', NEW.name), NEW.replication_factor::text, 'Use 3 in production, 1 only on a single-broker test cluster.');
@@ -194,35 +385,46 @@ BEGIN
         PERFORM wal_delivery.refuse_setting(format('min_insync_replicas of topic "%s" must be between 1 and its replication_factor (%s)', NEW.name, NEW.replication_factor),
             NEW.min_insync_replicas::text, 'With replication_factor 3 use min_insync_replicas 2.');
     END IF;
-    IF NEW.retention IS NULL OR NEW.retention <= interval '0' THEN
-        PERFORM wal_delivery.refuse_setting(format('retention of topic "%s" must be positive', NEW.name), NEW.retention::text, 'The default is 7 days.');
+    IF NEW.retention IS NULL OR NEW.retention <= interval '0' OR NEW.retention > interval '100 years' THEN
+        PERFORM wal_delivery.refuse_setting(format('retention of topic "%s" must be positive and at most 100 years', NEW.name), NEW.retention::text,
+            'The default is 7 days. A longer one overflows the timestamp arithmetic and would stop the reconciler for every topic.');
     END IF;
     IF NEW.max_payload_bytes IS NULL OR NEW.max_payload_bytes NOT BETWEEN 1 AND 100000000 THEN
         PERFORM wal_delivery.refuse_setting(format('max_payload_bytes of topic "%s" must be between 1 and 100000000', NEW.name), NEW.max_payload_bytes::text,
-            'The default, 1000000, fits Kafka''s default 1 MB message limit; raise max.message.bytes in Kafka before raising it.');
+            'The default is 1000000. The reconciler sets the Kafka topics'' max.message.bytes above it.');
     END IF;
-    IF NEW.idempotency_window IS NULL OR NEW.idempotency_window < interval '0' THEN
-        PERFORM wal_delivery.refuse_setting(format('idempotency_window of topic "%s" must not be negative', NEW.name), NEW.idempotency_window::text, 'The default is 1 day.');
+    IF NEW.idempotency_window IS NULL OR NEW.idempotency_window NOT BETWEEN interval '0' AND interval '100 years' THEN
+        PERFORM wal_delivery.refuse_setting(format('idempotency_window of topic "%s" must be between 0 and 100 years', NEW.name), NEW.idempotency_window::text,
+            'The default is 1 day. A longer one overflows the timestamp arithmetic and would stop the purge for every topic.');
     END IF;
     IF (NEW.processor_kind IS NULL) <> (NEW.processor IS NULL) OR NEW.processor_kind NOT IN ('sql', 'http') THEN
         PERFORM wal_delivery.refuse_setting(format('processor_kind of topic "%s" must be ''sql'' or ''http'' with a processor, or both NULL', NEW.name),
             coalesce(NEW.processor_kind, 'NULL') || ' with processor ' || coalesce(NEW.processor, 'NULL'),
             'For a SQL processor set processor to a function name taking and returning bytea; for HTTP, to its URL.');
     END IF;
-    IF NEW.processor_kind = 'sql' AND to_regprocedure(NEW.processor || '(bytea)') IS NULL THEN
-        PERFORM wal_delivery.refuse_setting(format('processor of topic "%s" must name an existing function taking bytea', NEW.name), NEW.processor,
-            'Create the function first, e.g. CREATE FUNCTION my_schema.redact(payload bytea) RETURNS bytea, and use its schema-qualified name.');
+    IF NEW.processor_kind = 'sql' THEN
+        problem := wal_delivery.sql_processor_problem(NEW.processor);
+        IF problem IS NOT NULL THEN
+            PERFORM wal_delivery.refuse_setting(format('processor of topic "%s" must be a function taking and returning bytea: %s', NEW.name, problem), NEW.processor,
+                'Create the function first, e.g. CREATE FUNCTION my_schema.redact(payload bytea) RETURNS bytea, and use its schema-qualified name.');
+        END IF;
     END IF;
-    IF NEW.processor_kind = 'http' AND NEW.processor !~* '^https?://[^/[:space:]]+' THEN
-        PERFORM wal_delivery.refuse_setting(format('processor of topic "%s" must be an http:// or https:// URL', NEW.name), NEW.processor, 'For example https://transform.internal/redact.');
+    IF NEW.processor_kind = 'http' THEN
+        problem := wal_delivery.http_url_problem(NEW.processor);
+        IF problem IS NOT NULL THEN
+            PERFORM wal_delivery.refuse_setting(format('processor of topic "%s" must be an http:// or https:// URL: %s', NEW.name, problem), wal_delivery.url_for_message(NEW.processor),
+                'For example https://transform.internal/redact.');
+        END IF;
     END IF;
-    IF NEW.processing_lease IS NULL OR NEW.processing_lease <= interval '0'
-       OR NEW.processing_backoff IS NULL OR NEW.processing_backoff < interval '0' THEN
-        PERFORM wal_delivery.refuse_setting(format('processing_lease of topic "%s" must be positive and processing_backoff not negative', NEW.name),
-            coalesce(NEW.processing_lease::text, 'NULL') || ' and ' || coalesce(NEW.processing_backoff::text, 'NULL'), 'The defaults are 30 seconds and 1 second.');
+    IF NEW.processing_lease IS NULL OR NEW.processing_lease <= interval '0' OR NEW.processing_lease > interval '1 day'
+       OR NEW.processing_backoff IS NULL OR NEW.processing_backoff NOT BETWEEN interval '0' AND interval '5 minutes' THEN
+        PERFORM wal_delivery.refuse_setting(format('processing_lease of topic "%s" must be positive and at most 1 day, and processing_backoff between 0 and 5 minutes', NEW.name),
+            coalesce(NEW.processing_lease::text, 'NULL') || ' and ' || coalesce(NEW.processing_backoff::text, 'NULL'),
+            'The defaults are 30 seconds and 1 second; the backoff doubles with each attempt up to 5 minutes.');
     END IF;
-    IF NEW.processing_max_attempts IS NULL OR NEW.processing_max_attempts < 1 THEN
-        PERFORM wal_delivery.refuse_setting(format('processing_max_attempts of topic "%s" must be at least 1', NEW.name), NEW.processing_max_attempts::text, 'The default is 5.');
+    IF NEW.processing_max_attempts IS NULL OR NEW.processing_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        PERFORM wal_delivery.refuse_setting(format('processing_max_attempts of topic "%s" must be between 1 and 1000', NEW.name), NEW.processing_max_attempts::text,
+            'The default is 5. With the backoff capped at 5 minutes, 1000 attempts already keep a failing record retrying for about 3.5 days.');
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.name <> OLD.name
        AND EXISTS (SELECT 1 FROM wal_delivery.outbox WHERE topic = OLD.name) THEN
@@ -290,11 +492,39 @@ CREATE TABLE wal_delivery.destinations (
 );
 ALTER SEQUENCE wal_delivery.retry_partition_seq OWNED BY wal_delivery.destinations.retry_partition;
 
+-- Why a destination may not set this header, or NULL. Refused: names that are not HTTP
+-- tokens; framing and hop-by-hop headers (a second Content-Length or a Transfer-Encoding
+-- lets one request smuggle another past a proxy; Host, Connection, Upgrade and the like
+-- belong to the connection); the headers the workers set on every delivery
+-- (Idempotency-Key, X-Wal-*, webhook-* and Content-Type and Content-Encoding, which
+-- describe the body the workers send); values with a control character (CR or LF would
+-- start a header of their own) or longer than 8192 characters.
+CREATE FUNCTION wal_delivery.http_header_problem(p_name text, p_value text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_name !~ '^[-!#$%&''*+.^_`|~0-9A-Za-z]+$' OR length(p_name) > 256
+            THEN format('header name "%s" is not an HTTP token (1 to 256 letters, digits or !#$%%&''*+-.^_`|~)', p_name)
+        WHEN lower(p_name) IN ('content-length', 'transfer-encoding', 'host', 'connection', 'keep-alive',
+                               'te', 'trailer', 'upgrade', 'expect')
+             OR lower(p_name) LIKE 'proxy-%'
+            THEN format('header "%s" frames the request or belongs to the connection; the workers set it', p_name)
+        WHEN lower(p_name) IN ('idempotency-key', 'content-type', 'content-encoding')
+             OR lower(p_name) LIKE 'x-wal-%' OR lower(p_name) LIKE 'webhook-%'
+            THEN format('header "%s" is set by the workers on every delivery', p_name)
+        WHEN p_value ~ '[[:cntrl:]]'
+            THEN format('the value of header "%s" contains a control character (CR, LF, tab, ...)', p_name)
+        WHEN length(p_value) > 8192
+            THEN format('the value of header "%s" is longer than 8192 characters', p_name)
+    END
+$$;
+
 -- Refuses a bad destination with a message naming the setting, the value and what to use.
+-- SECURITY DEFINER: the admin role writes the row, the checks read settings.
 CREATE FUNCTION wal_delivery.check_destination() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     bad text;
+    retention interval;
 BEGIN
     IF NEW.name IS NULL OR NEW.name !~ '^[A-Za-z0-9._-]{1,100}$' THEN
         RAISE EXCEPTION 'invalid destination name "%"', NEW.name
@@ -303,8 +533,9 @@ BEGIN
     IF NEW.transport IS DISTINCT FROM 'http' THEN
         PERFORM wal_delivery.refuse_setting(format('transport of destination "%s" must be ''http''', NEW.name), NEW.transport, 'HTTP is the only transport so far.');
     END IF;
-    IF NEW.endpoint IS NULL OR NEW.endpoint !~* '^https?://[^/[:space:]]+' THEN
-        PERFORM wal_delivery.refuse_setting(format('endpoint of destination "%s" must be an http:// or https:// URL', NEW.name), NEW.endpoint,
+    bad := wal_delivery.http_url_problem(NEW.endpoint);
+    IF bad IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('endpoint of destination "%s" must be an http:// or https:// URL: %s', NEW.name, bad), wal_delivery.url_for_message(NEW.endpoint),
             'For example https://billing.internal/hooks/orders.');
     END IF;
     IF NEW.method IS NULL OR NEW.method NOT IN ('POST', 'PUT', 'PATCH') THEN
@@ -313,6 +544,13 @@ BEGIN
     IF NEW.headers IS NULL OR NOT wal_delivery.is_string_map(NEW.headers) THEN
         PERFORM wal_delivery.refuse_setting(format('headers of destination "%s" must be a JSON object of strings', NEW.name), NEW.headers::text,
             'For example {"Authorization": "Bearer ..."}; put numbers in quotes.');
+    END IF;
+    -- The message names the header, never its value (it may be a credential).
+    SELECT wal_delivery.http_header_problem(h.key, h.value) INTO bad FROM jsonb_each_text(NEW.headers) h
+     WHERE wal_delivery.http_header_problem(h.key, h.value) IS NOT NULL ORDER BY h.key LIMIT 1;
+    IF bad IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('headers of destination "%s" are refused', NEW.name), bad,
+            'Set only headers of your own, such as Authorization or X-Team; the workers set Content-Type, Content-Length, Host, Idempotency-Key, X-Wal-* and webhook-* themselves.');
     END IF;
     IF NEW.timeout IS NULL OR NEW.timeout NOT BETWEEN interval '1 millisecond' AND interval '5 minutes' THEN
         PERFORM wal_delivery.refuse_setting(format('timeout of destination "%s" must be between 1 millisecond and 5 minutes', NEW.name), NEW.timeout::text, 'The default is 10 seconds.');
@@ -333,11 +571,18 @@ BEGIN
     IF NEW.retry_jitter IS NULL OR NEW.retry_jitter NOT BETWEEN 0 AND 1 THEN
         PERFORM wal_delivery.refuse_setting(format('retry_jitter of destination "%s" must be a fraction between 0 and 1', NEW.name), NEW.retry_jitter::text, 'The default is 0.2 (up to 20%% of each delay).');
     END IF;
+    SELECT retry_dlq_retention INTO retention FROM wal_delivery.settings;
+    IF wal_delivery.longest_retry_wait(NEW.retry_delays, NEW.retry_jitter) >= retention THEN
+        PERFORM wal_delivery.refuse_setting(format('retry_delays of destination "%s" with retry_jitter must stay shorter than the retry topics'' retention (settings.retry_dlq_retention, %s): the longest wait is %s',
+                NEW.name, retention, wal_delivery.longest_retry_wait(NEW.retry_delays, NEW.retry_jitter)),
+            NEW.retry_delays::text, 'Kafka would delete a retry message before it is due. Shorten the delays or raise settings.retry_dlq_retention.');
+    END IF;
     IF NEW.pause_after_failures IS NULL OR NEW.pause_after_failures < 1 THEN
         PERFORM wal_delivery.refuse_setting(format('pause_after_failures of destination "%s" must be at least 1', NEW.name), NEW.pause_after_failures::text, 'The default is 20.');
     END IF;
-    IF NEW.probe_interval IS NULL OR NEW.probe_interval <= interval '0' THEN
-        PERFORM wal_delivery.refuse_setting(format('probe_interval of destination "%s" must be positive', NEW.name), NEW.probe_interval::text, 'The default is 2 minutes.');
+    IF NEW.probe_interval IS NULL OR NEW.probe_interval NOT BETWEEN interval '1 second' AND interval '1 day' THEN
+        PERFORM wal_delivery.refuse_setting(format('probe_interval of destination "%s" must be between 1 second and 1 day', NEW.name), NEW.probe_interval::text,
+            'The default is 2 minutes. Each probe counts in destination_pauses.probes, and a paused destination is tried at least daily.');
     END IF;
     NEW.updated_at := now();
     RETURN NEW;

@@ -30,11 +30,39 @@ CREATE TABLE wal_delivery.destinations (
 );
 ALTER SEQUENCE wal_delivery.retry_partition_seq OWNED BY wal_delivery.destinations.retry_partition;
 
+-- Why a destination may not set this header, or NULL. Refused: names that are not HTTP
+-- tokens; framing and hop-by-hop headers (a second Content-Length or a Transfer-Encoding
+-- lets one request smuggle another past a proxy; Host, Connection, Upgrade and the like
+-- belong to the connection); the headers the workers set on every delivery
+-- (Idempotency-Key, X-Wal-*, webhook-* and Content-Type and Content-Encoding, which
+-- describe the body the workers send); values with a control character (CR or LF would
+-- start a header of their own) or longer than 8192 characters.
+CREATE FUNCTION wal_delivery.http_header_problem(p_name text, p_value text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_name !~ '^[-!#$%&''*+.^_`|~0-9A-Za-z]+$' OR length(p_name) > 256
+            THEN format('header name "%s" is not an HTTP token (1 to 256 letters, digits or !#$%%&''*+-.^_`|~)', p_name)
+        WHEN lower(p_name) IN ('content-length', 'transfer-encoding', 'host', 'connection', 'keep-alive',
+                               'te', 'trailer', 'upgrade', 'expect')
+             OR lower(p_name) LIKE 'proxy-%'
+            THEN format('header "%s" frames the request or belongs to the connection; the workers set it', p_name)
+        WHEN lower(p_name) IN ('idempotency-key', 'content-type', 'content-encoding')
+             OR lower(p_name) LIKE 'x-wal-%' OR lower(p_name) LIKE 'webhook-%'
+            THEN format('header "%s" is set by the workers on every delivery', p_name)
+        WHEN p_value ~ '[[:cntrl:]]'
+            THEN format('the value of header "%s" contains a control character (CR, LF, tab, ...)', p_name)
+        WHEN length(p_value) > 8192
+            THEN format('the value of header "%s" is longer than 8192 characters', p_name)
+    END
+$$;
+
 -- Refuses a bad destination with a message naming the setting, the value and what to use.
+-- SECURITY DEFINER: the admin role writes the row, the checks read settings.
 CREATE FUNCTION wal_delivery.check_destination() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     bad text;
+    retention interval;
 BEGIN
     IF NEW.name IS NULL OR NEW.name !~ '^[A-Za-z0-9._-]{1,100}$' THEN
         RAISE EXCEPTION 'invalid destination name "%"', NEW.name
@@ -43,8 +71,9 @@ BEGIN
     IF NEW.transport IS DISTINCT FROM 'http' THEN
         PERFORM wal_delivery.refuse_setting(format('transport of destination "%s" must be ''http''', NEW.name), NEW.transport, 'HTTP is the only transport so far.');
     END IF;
-    IF NEW.endpoint IS NULL OR NEW.endpoint !~* '^https?://[^/[:space:]]+' THEN
-        PERFORM wal_delivery.refuse_setting(format('endpoint of destination "%s" must be an http:// or https:// URL', NEW.name), NEW.endpoint,
+    bad := wal_delivery.http_url_problem(NEW.endpoint);
+    IF bad IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('endpoint of destination "%s" must be an http:// or https:// URL: %s', NEW.name, bad), wal_delivery.url_for_message(NEW.endpoint),
             'For example https://billing.internal/hooks/orders.');
     END IF;
     IF NEW.method IS NULL OR NEW.method NOT IN ('POST', 'PUT', 'PATCH') THEN
@@ -53,6 +82,13 @@ BEGIN
     IF NEW.headers IS NULL OR NOT wal_delivery.is_string_map(NEW.headers) THEN
         PERFORM wal_delivery.refuse_setting(format('headers of destination "%s" must be a JSON object of strings', NEW.name), NEW.headers::text,
             'For example {"Authorization": "Bearer ..."}; put numbers in quotes.');
+    END IF;
+    -- The message names the header, never its value (it may be a credential).
+    SELECT wal_delivery.http_header_problem(h.key, h.value) INTO bad FROM jsonb_each_text(NEW.headers) h
+     WHERE wal_delivery.http_header_problem(h.key, h.value) IS NOT NULL ORDER BY h.key LIMIT 1;
+    IF bad IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('headers of destination "%s" are refused', NEW.name), bad,
+            'Set only headers of your own, such as Authorization or X-Team; the workers set Content-Type, Content-Length, Host, Idempotency-Key, X-Wal-* and webhook-* themselves.');
     END IF;
     IF NEW.timeout IS NULL OR NEW.timeout NOT BETWEEN interval '1 millisecond' AND interval '5 minutes' THEN
         PERFORM wal_delivery.refuse_setting(format('timeout of destination "%s" must be between 1 millisecond and 5 minutes', NEW.name), NEW.timeout::text, 'The default is 10 seconds.');
@@ -73,11 +109,18 @@ BEGIN
     IF NEW.retry_jitter IS NULL OR NEW.retry_jitter NOT BETWEEN 0 AND 1 THEN
         PERFORM wal_delivery.refuse_setting(format('retry_jitter of destination "%s" must be a fraction between 0 and 1', NEW.name), NEW.retry_jitter::text, 'The default is 0.2 (up to 20%% of each delay).');
     END IF;
+    SELECT retry_dlq_retention INTO retention FROM wal_delivery.settings;
+    IF wal_delivery.longest_retry_wait(NEW.retry_delays, NEW.retry_jitter) >= retention THEN
+        PERFORM wal_delivery.refuse_setting(format('retry_delays of destination "%s" with retry_jitter must stay shorter than the retry topics'' retention (settings.retry_dlq_retention, %s): the longest wait is %s',
+                NEW.name, retention, wal_delivery.longest_retry_wait(NEW.retry_delays, NEW.retry_jitter)),
+            NEW.retry_delays::text, 'Kafka would delete a retry message before it is due. Shorten the delays or raise settings.retry_dlq_retention.');
+    END IF;
     IF NEW.pause_after_failures IS NULL OR NEW.pause_after_failures < 1 THEN
         PERFORM wal_delivery.refuse_setting(format('pause_after_failures of destination "%s" must be at least 1', NEW.name), NEW.pause_after_failures::text, 'The default is 20.');
     END IF;
-    IF NEW.probe_interval IS NULL OR NEW.probe_interval <= interval '0' THEN
-        PERFORM wal_delivery.refuse_setting(format('probe_interval of destination "%s" must be positive', NEW.name), NEW.probe_interval::text, 'The default is 2 minutes.');
+    IF NEW.probe_interval IS NULL OR NEW.probe_interval NOT BETWEEN interval '1 second' AND interval '1 day' THEN
+        PERFORM wal_delivery.refuse_setting(format('probe_interval of destination "%s" must be between 1 second and 1 day', NEW.name), NEW.probe_interval::text,
+            'The default is 2 minutes. Each probe counts in destination_pauses.probes, and a paused destination is tried at least daily.');
     END IF;
     NEW.updated_at := now();
     RETURN NEW;

@@ -31,13 +31,61 @@ CREATE TABLE wal_delivery.settings (
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
 
--- Refuses bad settings (archive.sql checks the archive_* ones).
-CREATE FUNCTION wal_delivery.check_settings() RETURNS trigger
+-- Refuses retry and DLQ topic names Kafka would refuse, that collide with each other, or
+-- that would be the same Kafka topic as a topic of wal_delivery.topics ("." and "_" count
+-- as the same in Kafka).
+CREATE FUNCTION wal_delivery.check_internal_topic_names(p_retry_topic_prefix text, p_dlq_topic text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
 BEGIN
-    IF NEW.retry_dlq_retention <= interval '0' OR NEW.dead_letter_archive_after <= interval '0'
-       OR NEW.consumer_dedupe_ttl < interval '0' THEN
-        PERFORM wal_delivery.refuse_setting('retry_dlq_retention and dead_letter_archive_after must be positive and consumer_dedupe_ttl not negative',
+    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 248 THEN
+        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 248 characters (a step number follows it)',
+            p_retry_topic_prefix, 'The default is wal_delivery.retry.');
+    END IF;
+    FOR r IN SELECT i.topic, i.what, wal_delivery.topic_name_problem(i.topic) AS problem
+               FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i LOOP
+        IF r.problem IS NOT NULL THEN
+            PERFORM wal_delivery.refuse_setting(format('the %s "%s" is not a valid Kafka topic name: %s', r.what, r.topic, r.problem),
+                CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
+                'retry_topic_prefix (followed by 1, 2, 3) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
+                WHERE i.what <> 'DLQ topic'
+                  AND wal_delivery.kafka_collision_key(i.topic) = wal_delivery.kafka_collision_key(p_dlq_topic)) THEN
+        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics', p_dlq_topic,
+            format('The retry steps are %s1, %s2 and %s3 ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
+    END IF;
+    PERFORM wal_delivery.lock_topic_names();
+    SELECT t.name, i.what INTO r
+      FROM wal_delivery.topics t, wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
+     WHERE wal_delivery.kafka_collision_key(t.name) = wal_delivery.kafka_collision_key(i.topic)
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM wal_delivery.refuse_setting(format('the %s would be the same Kafka topic as topic "%s"', r.what, r.name),
+            CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
+            'Choose a retry_topic_prefix and dlq_topic that no topic of wal_delivery.topics uses.');
+    END IF;
+END $$;
+
+-- The longest a retry step may hold a message before it is due: the longest delay plus
+-- its largest jitter. NULL when the delays are not yet valid.
+CREATE FUNCTION wal_delivery.longest_retry_wait(p_delays interval[], p_jitter real) RETURNS interval
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT max(d) * (1 + coalesce(p_jitter, 0)::numeric::float8) FROM unnest(p_delays) d  -- 0.2, not 0.2000000029
+$$;
+
+-- Refuses bad settings (archive.sql checks the archive_* ones).
+-- SECURITY DEFINER: the admin role writes the row, the checks read topics and destinations.
+CREATE FUNCTION wal_delivery.check_settings() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    late record;
+BEGIN
+    IF NEW.retry_dlq_retention <= interval '0' OR NEW.retry_dlq_retention > interval '100 years'
+       OR NEW.dead_letter_archive_after <= interval '0' OR NEW.consumer_dedupe_ttl < interval '0' THEN
+        PERFORM wal_delivery.refuse_setting('retry_dlq_retention must be positive and at most 100 years, dead_letter_archive_after positive and consumer_dedupe_ttl not negative',
             format('%s, %s and %s', NEW.retry_dlq_retention, NEW.dead_letter_archive_after, NEW.consumer_dedupe_ttl), 'The defaults are 14 days, 10 days and 1 day.');
     END IF;
     IF NEW.dead_letter_archive_after >= NEW.retry_dlq_retention THEN
@@ -45,9 +93,23 @@ BEGIN
             format('%s against %s', NEW.dead_letter_archive_after, NEW.retry_dlq_retention),
             'Dead letters must be archived before Kafka''s retention could drop them.');
     END IF;
-    IF NEW.retry_topic_prefix !~ '^[A-Za-z0-9._-]{1,200}$' OR NEW.dlq_topic !~ '^[A-Za-z0-9._-]{1,200}$' THEN
-        PERFORM wal_delivery.refuse_setting('retry_topic_prefix and dlq_topic must be valid Kafka topic names',
-            NEW.retry_topic_prefix || ' and ' || NEW.dlq_topic, 'Use letters, digits, ".", "_" and "-".');
+    IF TG_OP = 'INSERT' OR NEW.retry_topic_prefix IS DISTINCT FROM OLD.retry_topic_prefix
+       OR NEW.dlq_topic IS DISTINCT FROM OLD.dlq_topic THEN
+        PERFORM wal_delivery.check_internal_topic_names(NEW.retry_topic_prefix, NEW.dlq_topic);
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.retry_dlq_retention IS DISTINCT FROM OLD.retry_dlq_retention THEN
+        SELECT d.name, d.retry_delays, d.retry_jitter INTO late FROM wal_delivery.destinations d
+         WHERE wal_delivery.longest_retry_wait(d.retry_delays, d.retry_jitter) >= NEW.retry_dlq_retention
+         ORDER BY d.name LIMIT 1;
+        IF FOUND THEN
+            PERFORM wal_delivery.refuse_setting(format('retry_dlq_retention must be longer than every destination''s longest retry delay with jitter; destination "%s" waits up to %s',
+                    late.name, wal_delivery.longest_retry_wait(late.retry_delays, late.retry_jitter)),
+                NEW.retry_dlq_retention::text, 'Kafka would delete a retry message before it is due. Shorten that destination''s retry_delays first, or keep the retention (14 days by default).');
+        END IF;
+    END IF;
+    IF NEW.dlq_alert_url IS NOT NULL AND wal_delivery.http_url_problem(NEW.dlq_alert_url) IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting(format('dlq_alert_url must be an http:// or https:// URL: %s', wal_delivery.http_url_problem(NEW.dlq_alert_url)),
+            wal_delivery.url_for_message(NEW.dlq_alert_url), 'For example https://alerts.internal/wal-dead-letters, or NULL for the metric only.');
     END IF;
     IF NEW.internal_topic_replication_factor IS NULL OR NEW.internal_topic_replication_factor < 1
        OR NEW.internal_topic_min_insync_replicas IS NULL
