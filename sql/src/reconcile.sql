@@ -16,59 +16,108 @@ CREATE TABLE wal_delivery.kafka_topics (
     error text,                                  -- why not, or what does not match
     error_is_permanent boolean NOT NULL DEFAULT false,  -- retrying cannot help
     config_version bigint,
-    reconciled_at timestamptz
+    reconciled_at timestamptz,
+    -- Exists in Kafka (whatever its settings): the relay ships a main topic's records
+    -- once it does. Kept from the last round that could tell when Kafka did not answer.
+    in_kafka boolean NOT NULL DEFAULT false,
+    kafka_partitions integer,                    -- as Kafka has it
+    max_message_bytes integer                    -- asked for (max.message.bytes)
 );
 
+-- What Kafka must accept beyond a topic's max_payload_bytes: the relay's headers, a retry
+-- or DLQ hand-off's headers and Kafka's record framing. Enqueue keeps 16 KiB of a topic's
+-- max_payload_bytes for the hand-off's headers; this is more room on top.
+CREATE FUNCTION wal_delivery.kafka_message_headroom() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT 65536';
+
 -- The Kafka topics the control plane asks for: every main topic, the three retry steps
--- (one partition per destination ever created) and the DLQ.
+-- (one partition per destination ever created) and the DLQ. max_message_bytes is each
+-- topic's max.message.bytes: its max_payload_bytes plus headroom; the retry steps and the
+-- DLQ take a copy of any topic's record, so theirs follows the largest topic.
 CREATE FUNCTION wal_delivery.desired_kafka_topics()
 RETURNS TABLE (topic text, role text, partitions integer, replication_factor smallint,
-               min_insync_replicas smallint, retention_ms bigint)
+               min_insync_replicas smallint, retention_ms bigint, max_message_bytes integer)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.name, 'main', t.partitions, t.replication_factor, t.min_insync_replicas,
-           (extract(epoch FROM t.retention) * 1000)::bigint
+           (extract(epoch FROM t.retention) * 1000)::bigint,
+           t.max_payload_bytes + wal_delivery.kafka_message_headroom()
       FROM wal_delivery.topics t
     UNION ALL
-    SELECT s.retry_topic_prefix || step, 'retry',
-           greatest(1, (SELECT coalesce(max(retry_partition), -1) + 1 FROM wal_delivery.destinations)),
+    SELECT i.topic, CASE WHEN i.what = 'DLQ topic' THEN 'dlq' ELSE 'retry' END,
+           CASE WHEN i.what = 'DLQ topic' THEN 1
+                ELSE greatest(1, (SELECT coalesce(max(retry_partition), -1) + 1 FROM wal_delivery.destinations)) END,
            s.internal_topic_replication_factor, s.internal_topic_min_insync_replicas,
-           (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint
-      FROM wal_delivery.settings s, generate_series(1, 3) step
-    UNION ALL
-    SELECT s.dlq_topic, 'dlq', 1, s.internal_topic_replication_factor,
-           s.internal_topic_min_insync_replicas, (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint
-      FROM wal_delivery.settings s
+           (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint,
+           (SELECT coalesce(max(max_payload_bytes), 1000000) FROM wal_delivery.topics)
+               + wal_delivery.kafka_message_headroom()
+      FROM wal_delivery.settings s, wal_delivery.internal_topic_names(s.retry_topic_prefix, s.dlq_topic) i
 $$;
 
+-- Rows of a topic that is not in Kafka yet wait with available_at = infinity (see
+-- relay.sql); this lets them go once their topic exists, or once it is no longer
+-- configured (the relay then buries them). Returns how many it let go.
+CREATE FUNCTION wal_delivery.release_rows_waiting_for_topics() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE wal_delivery.outbox o SET available_at = now()
+     WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
+       AND o.available_at = 'infinity'
+       AND (EXISTS (SELECT 1 FROM wal_delivery.kafka_topics k
+                     WHERE k.topic = o.topic AND k.role = 'main' AND k.in_kafka)
+            OR NOT EXISTS (SELECT 1 FROM wal_delivery.topics t WHERE t.name = o.topic));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM wal_delivery.wake_relay_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+
 -- The reconciler's report for one round: a JSON array of {topic, role, partitions,
--- replication_factor, min_insync_replicas, retention_ms, ready, error, permanent}.
--- Publishes p_version when every topic is ready. Returns whether it published.
+-- replication_factor, min_insync_replicas, retention_ms, max_message_bytes, exists,
+-- kafka_partitions, ready, error, permanent}; exists and kafka_partitions are null when
+-- Kafka did not say (the last known values stay). Publishes p_version when the retry
+-- steps and the DLQ exist with their partitions, which is what the workers need; a main
+-- topic Kafka does not have holds only its own records (they wait in the outbox). Returns
+-- whether it published.
 CREATE FUNCTION wal_delivery.record_reconciliation(p_version bigint, p_results jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    all_ready boolean;
+    internal_ready boolean;
 BEGIN
     INSERT INTO wal_delivery.kafka_topics AS k (topic, role, partitions, replication_factor,
-        min_insync_replicas, retention, ready, error, error_is_permanent, config_version, reconciled_at)
-    SELECT r.topic, r.role, r.partitions, r.replication_factor, r.min_insync_replicas,
-           make_interval(secs => r.retention_ms / 1000.0), r.ready, r.error,
-           coalesce(r.permanent, false), p_version, now()
+        min_insync_replicas, retention, ready, error, error_is_permanent, config_version, reconciled_at,
+        in_kafka, kafka_partitions, max_message_bytes)
+    SELECT DISTINCT ON (r.topic) r.topic, r.role, r.partitions, r.replication_factor, r.min_insync_replicas,
+           make_interval(secs => r.retention_ms / 1000.0), coalesce(r.ready, false), r.error,
+           coalesce(r.permanent, false), p_version, now(),
+           coalesce(r."exists", known.in_kafka, false),
+           CASE WHEN r."exists" IS NULL THEN known.kafka_partitions ELSE r.kafka_partitions END,
+           r.max_message_bytes
       FROM jsonb_to_recordset(p_results) AS r(topic text, role text, partitions integer,
            replication_factor smallint, min_insync_replicas smallint, retention_ms bigint,
+           max_message_bytes integer, "exists" boolean, kafka_partitions integer,
            ready boolean, error text, permanent boolean)
+      LEFT JOIN wal_delivery.kafka_topics known ON known.topic = r.topic
+     ORDER BY r.topic, r.role = 'main'   -- a retry step or the DLQ first, should one collide
     ON CONFLICT (topic) DO UPDATE SET
         role = excluded.role, partitions = excluded.partitions,
         replication_factor = excluded.replication_factor,
         min_insync_replicas = excluded.min_insync_replicas, retention = excluded.retention,
         ready = excluded.ready, error = excluded.error,
         error_is_permanent = excluded.error_is_permanent,
-        config_version = excluded.config_version, reconciled_at = excluded.reconciled_at;
+        config_version = excluded.config_version, reconciled_at = excluded.reconciled_at,
+        in_kafka = excluded.in_kafka, kafka_partitions = excluded.kafka_partitions,
+        max_message_bytes = excluded.max_message_bytes;
     -- Topics no longer configured are forgotten here; Kafka keeps them (and their data).
     DELETE FROM wal_delivery.kafka_topics
      WHERE topic NOT IN (SELECT r->>'topic' FROM jsonb_array_elements(p_results) r);
+    PERFORM wal_delivery.release_rows_waiting_for_topics();
 
-    SELECT bool_and((r->>'ready')::boolean) INTO all_ready FROM jsonb_array_elements(p_results) r;
-    IF coalesce(all_ready, false) THEN
+    SELECT bool_and(in_kafka AND kafka_partitions >= partitions) INTO internal_ready
+      FROM wal_delivery.kafka_topics WHERE role IN ('retry', 'dlq');
+    IF coalesce(internal_ready, false) THEN
         UPDATE wal_delivery.config_version SET published_version = p_version
          WHERE published_version < p_version;
         IF FOUND THEN
@@ -79,8 +128,15 @@ BEGIN
     RETURN false;
 END $$;
 
--- The operator's view of what the reconciler found.
+-- The operator's view of what the reconciler found. A main topic that is not in_kafka
+-- holds its records in the outbox (records_waiting) until it is; error says why.
 CREATE VIEW wal_delivery.reconcile_status AS
 SELECT k.topic, k.role, k.partitions, k.replication_factor, k.min_insync_replicas, k.retention,
-       k.ready, k.error, k.error_is_permanent, k.config_version, k.reconciled_at
+       k.ready, k.error, k.error_is_permanent, k.config_version, k.reconciled_at,
+       k.in_kafka, k.kafka_partitions, k.max_message_bytes,
+       CASE WHEN k.role = 'main' THEN
+           (SELECT count(*) FROM wal_delivery.outbox o
+             WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
+               AND o.available_at = 'infinity' AND o.topic = k.topic)
+       END AS records_waiting
   FROM wal_delivery.kafka_topics k;

@@ -18,11 +18,22 @@ CREATE FUNCTION wal_delivery.claim_ready_to_ship(p_max_rows integer DEFAULT 100)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, message_key text, headers jsonb,
                content_type text, payload bytea, created_at timestamptz)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM wal_delivery.claim_ready_to_ship(p_max_rows, NULL)
+$$;
+
+-- The same, passing over the rows of p_skip_topics: topics Kafka did not take records of
+-- a moment ago, which the relay tries again later without rewriting their rows, so they
+-- hold up neither the other topics nor the WAL.
+CREATE FUNCTION wal_delivery.claim_ready_to_ship(p_max_rows integer, p_skip_topics text[])
+RETURNS TABLE (id bigint, topic text, idempotency_key text, message_key text, headers jsonb,
+               content_type text, payload bytea, created_at timestamptz)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT o.id, o.topic, o.idempotency_key, o.message_key, o.headers, o.content_type,
            coalesce(o.processed_payload, o.payload), o.created_at
       FROM wal_delivery.outbox o
      WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
        AND o.available_at <= now()
+       AND (p_skip_topics IS NULL OR o.topic <> ALL (p_skip_topics))
      ORDER BY o.available_at
      LIMIT p_max_rows
        FOR UPDATE SKIP LOCKED
@@ -83,7 +94,44 @@ BEGIN
     RETURN n;
 END $$;
 
--- A row that can never be shipped (too large for the broker, topic cannot be created).
+-- Why Kafka did not take these rows this time (p_errors lines up with p_ids), for
+-- my_records and the outbox. Only a row whose reason changed is written: rows retried
+-- through a long outage are not rewritten on every try.
+CREATE FUNCTION wal_delivery.note_shipping_failures(p_ids bigint[], p_errors text[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE wal_delivery.outbox o SET last_error = f.error
+      FROM unnest(p_ids, p_errors) AS f(id, error)
+     WHERE o.id = f.id AND ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
+       AND o.last_error IS DISTINCT FROM f.error;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+-- Rows whose topic is not in Kafka (yet): they wait, untouched, until the reconciler has
+-- the topic (release_rows_waiting_for_topics in reconcile.sql lets them go). One write
+-- each, here, and none while they wait, however long Kafka takes. A row whose topic
+-- came into Kafka since the caller looked is left as it is, to ship now.
+CREATE FUNCTION wal_delivery.wait_for_topic(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE wal_delivery.outbox o
+       SET available_at = 'infinity',
+           last_error = format('waiting for Kafka topic "%s" (wal_delivery.reconcile_status says why): %s', o.topic,
+                               coalesce((SELECT k.error FROM wal_delivery.kafka_topics k WHERE k.topic = o.topic),
+                                        'the reconciler has not created it yet'))
+     WHERE o.id = ANY (p_ids) AND ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
+       AND NOT EXISTS (SELECT 1 FROM wal_delivery.kafka_topics k
+                        WHERE k.topic = o.topic AND k.role = 'main' AND k.in_kafka);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+-- A row that can never be shipped (Kafka refuses it as too large, its topic was deleted).
 CREATE FUNCTION wal_delivery.mark_unshippable(p_id bigint, p_error text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

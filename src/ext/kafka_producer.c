@@ -101,6 +101,15 @@ kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *prope
 		   set_passthrough_properties(conf, properties, errbuf, errbuf_size);
 }
 
+/*
+ * librdkafka refuses, before sending, a record larger than message.max.bytes (1 MB by
+ * default). The largest a topic may allow is its max_payload_bytes (at most 100,000,000)
+ * plus the headroom the reconciler gives max.message.bytes (64 KiB): 1 MiB over that
+ * leaves the broker, which knows each topic's limit, to judge every record, and stays
+ * under a broker's default socket.request.max.bytes (100 MiB), which caps a request.
+ */
+#define RELAY_MESSAGE_MAX_BYTES "101048576"
+
 static rd_kafka_t *
 create_producer(const char *bootstrap, const char *properties, int delivery_timeout_ms,
 				bool idempotent, char *errbuf, size_t errbuf_size)
@@ -116,6 +125,7 @@ create_producer(const char *bootstrap, const char *properties, int delivery_time
 		!set_property(conf, "enable.idempotence", idempotent ? "true" : "false", errbuf,
 					  errbuf_size) ||
 		!set_property(conf, "acks", idempotent ? "all" : "1", errbuf, errbuf_size) ||
+		!set_property(conf, "message.max.bytes", RELAY_MESSAGE_MAX_BYTES, errbuf, errbuf_size) ||
 		!kafka_conf_apply(conf, bootstrap, properties, errbuf, errbuf_size))
 	{
 		rd_kafka_conf_destroy(conf);

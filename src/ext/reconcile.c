@@ -3,13 +3,16 @@
  *
  * A round reads the topics the configuration asks for (wal_delivery.desired_kafka_topics:
  * main topics, the retry steps, the DLQ), then, outside any transaction, creates the
- * missing ones, adds partitions where fewer exist, and sets retention.ms and
- * min.insync.replicas. It records each topic's outcome in wal_delivery.kafka_topics and,
- * only when all are ready, publishes the config version workers follow. A round runs when
- * the config version moves past the published one, and every reconcile_interval anyway
- * (a topic deleted behind our back comes back).
+ * missing ones, adds partitions where fewer exist, and sets the settings the system owns
+ * (retention.ms, min.insync.replicas, max.message.bytes), keeping every other override a
+ * topic has. It records each topic's outcome in wal_delivery.kafka_topics, which publishes
+ * the config version workers follow once the retry steps and the DLQ exist; a main topic
+ * Kafka cannot create holds only its own records. A round runs when the config version
+ * moves past the published one, and every reconcile_interval anyway (a topic deleted
+ * behind our back comes back).
  *
- * Words: "desired" is what the configuration asks for; "ready" means Kafka has it.
+ * Words: "desired" is what the configuration asks for; "exists" means Kafka has the
+ * topic (records can be shipped to it); "ready" means it has it with every setting.
  */
 #include "postgres.h"
 
@@ -43,6 +46,17 @@ static int reconcile_poll_ms = 1000;
 static int admin_timeout_ms = 15000;
 static int metadata_timeout_ms = 3000;
 
+/* The topic settings the system owns; AlterConfigs keeps every other override. */
+#define N_OWNED_CONFIGS 3
+static const char *const owned_config_names[N_OWNED_CONFIGS] = {
+	"retention.ms", "min.insync.replicas", "max.message.bytes"};
+
+typedef struct ConfigOverride
+{
+	char *name;
+	char *value;
+} ConfigOverride;
+
 typedef struct DesiredTopic
 {
 	char *name;
@@ -51,6 +65,14 @@ typedef struct DesiredTopic
 	int replication_factor;
 	int min_insync_replicas;
 	int64 retention_ms;
+	int max_message_bytes;
+	char *owned_values[N_OWNED_CONFIGS]; /* the owned settings as Kafka writes them */
+	/* what Kafka has */
+	int exists;                /* 1, 0, or -1 when Kafka did not say */
+	int kafka_partitions;      /* when it exists */
+	ConfigOverride *overrides; /* its own settings, from DescribeConfigs */
+	int n_overrides;
+	bool config_differs; /* an owned setting is not what we ask for */
 	/* outcome */
 	bool ready;
 	bool permanent;
@@ -75,13 +97,15 @@ register_reconcile_worker(void)
 								 "wal_delivery reconciler", 0);
 }
 
-/* Errors that no retry can fix: the request itself is unacceptable to Kafka. */
+/*
+ * Errors that no retry can fix: the request itself is unacceptable to Kafka. Not an
+ * invalid replication factor: Kafka says so when fewer brokers are up than it needs.
+ */
 static bool
 is_permanent_admin_error(rd_kafka_resp_err_t err)
 {
 	switch (err)
 	{
-		case RD_KAFKA_RESP_ERR_INVALID_REPLICATION_FACTOR:
 		case RD_KAFKA_RESP_ERR_INVALID_PARTITIONS:
 		case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
 		case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
@@ -134,7 +158,8 @@ read_desired_topics(int *count, int64 *version, bool *due)
 		*due = *version > published;
 
 		if (SPI_execute("SELECT topic, role, partitions, replication_factor, min_insync_replicas,"
-						" retention_ms FROM wal_delivery.desired_kafka_topics() ORDER BY topic",
+						" retention_ms, max_message_bytes FROM wal_delivery.desired_kafka_topics()"
+						" ORDER BY topic",
 						true, 0) == SPI_OK_SELECT)
 		{
 			MemoryContext spi = MemoryContextSwitchTo(caller);
@@ -152,6 +177,11 @@ read_desired_topics(int *count, int64 *version, bool *due)
 				topics[i].replication_factor = DatumGetInt16(SPI_getbinval(tup, desc, 4, &isnull));
 				topics[i].min_insync_replicas = DatumGetInt16(SPI_getbinval(tup, desc, 5, &isnull));
 				topics[i].retention_ms = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+				topics[i].max_message_bytes = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+				topics[i].owned_values[0] = psprintf(INT64_FORMAT, topics[i].retention_ms);
+				topics[i].owned_values[1] = psprintf("%d", topics[i].min_insync_replicas);
+				topics[i].owned_values[2] = psprintf("%d", topics[i].max_message_bytes);
+				topics[i].exists = -1;
 			}
 			MemoryContextSwitchTo(spi);
 		}
@@ -234,20 +264,42 @@ admin_request_failed(rd_kafka_event_t *event, DesiredTopic **topics, int n, cons
 	return true;
 }
 
+static DesiredTopic *
+find_topic(DesiredTopic **topics, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(topics[i]->name, name) == 0)
+			return topics[i];
+	return NULL;
+}
+
 /* One topic's result within an admin request: an error marks that topic failed. */
 static void
 admin_topic_result(DesiredTopic **topics, int n, const char *name, rd_kafka_resp_err_t err,
 				   const char *what, const char *detail)
 {
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-		return;
-	for (int i = 0; i < n; i++)
-		if (strcmp(topics[i]->name, name) == 0)
-			fail_topic(topics[i], err, what, detail);
+	DesiredTopic *t = find_topic(topics, n, name);
+
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && t != NULL)
+		fail_topic(t, err, what, detail);
+}
+
+/*
+ * Kafka's "invalid replication factor" names neither count when brokers are down; say
+ * how many it has, which is what an operator decides on.
+ */
+static void
+explain_replication_failure(DesiredTopic *t, int live_brokers)
+{
+	if (t->error != NULL && strstr(t->error, "eplication factor") != NULL)
+		t->error =
+			psprintf("%s (replication_factor %d, %d broker%s up: start brokers or lower the "
+					 "replication factor; its records wait in the outbox)",
+					 t->error, t->replication_factor, live_brokers, live_brokers == 1 ? "" : "s");
 }
 
 static void
-create_topics(DesiredTopic **missing, int n)
+create_topics(DesiredTopic **missing, int n, int live_brokers)
 {
 	rd_kafka_NewTopic_t **requests = palloc(sizeof(rd_kafka_NewTopic_t *) * n);
 	rd_kafka_queue_t *queue = rd_kafka_queue_new(admin);
@@ -258,7 +310,6 @@ create_topics(DesiredTopic **missing, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		char value[32];
 		rd_kafka_NewTopic_t *nt =
 			rd_kafka_NewTopic_new(missing[i]->name, missing[i]->partitions,
 								  missing[i]->replication_factor, errstr, sizeof(errstr));
@@ -268,10 +319,8 @@ create_topics(DesiredTopic **missing, int n)
 			fail_topic(missing[i], RD_KAFKA_RESP_ERR_INVALID_CONFIG, "cannot create topic", errstr);
 			continue;
 		}
-		snprintf(value, sizeof(value), INT64_FORMAT, missing[i]->retention_ms);
-		rd_kafka_NewTopic_set_config(nt, "retention.ms", value);
-		snprintf(value, sizeof(value), "%d", missing[i]->min_insync_replicas);
-		rd_kafka_NewTopic_set_config(nt, "min.insync.replicas", value);
+		for (int c = 0; c < N_OWNED_CONFIGS; c++)
+			rd_kafka_NewTopic_set_config(nt, owned_config_names[c], missing[i]->owned_values[c]);
 		requests[sent++] = nt;
 		missing[i]->ready = true; /* until the result says otherwise */
 	}
@@ -301,6 +350,13 @@ create_topics(DesiredTopic **missing, int n)
 			rd_kafka_event_destroy(event);
 		rd_kafka_NewTopic_destroy_array(requests, sent);
 	}
+	for (int i = 0; i < n; i++)
+	{
+		missing[i]->exists = missing[i]->ready ? 1 : 0;
+		if (missing[i]->exists)
+			missing[i]->kafka_partitions = missing[i]->partitions;
+		explain_replication_failure(missing[i], live_brokers);
+	}
 	rd_kafka_AdminOptions_destroy(options);
 	rd_kafka_queue_destroy(queue);
 }
@@ -326,9 +382,17 @@ grow_partitions(DesiredTopic **short_topics, int n)
 			rd_kafka_event_CreatePartitions_result(event), &cnt);
 
 		for (size_t r = 0; r < cnt; r++)
-			admin_topic_result(short_topics, n, rd_kafka_topic_result_name(results[r]),
-							   rd_kafka_topic_result_error(results[r]), "cannot add partitions",
-							   rd_kafka_topic_result_error_string(results[r]));
+		{
+			DesiredTopic *t = find_topic(short_topics, n, rd_kafka_topic_result_name(results[r]));
+
+			if (t == NULL)
+				continue;
+			if (rd_kafka_topic_result_error(results[r]) != RD_KAFKA_RESP_ERR_NO_ERROR)
+				fail_topic(t, rd_kafka_topic_result_error(results[r]), "cannot add partitions",
+						   rd_kafka_topic_result_error_string(results[r]));
+			else
+				t->kafka_partitions = t->partitions;
+		}
 	}
 	if (event)
 		rd_kafka_event_destroy(event);
@@ -338,9 +402,91 @@ grow_partitions(DesiredTopic **short_topics, int n)
 }
 
 /*
- * Sets retention.ms and min.insync.replicas. AlterConfigs (the API librdkafka 2.0 has)
- * replaces a topic's whole override set, so other per-topic overrides are reset; the
- * control plane owns these topics' configuration.
+ * Keeps what DescribeConfigs says of one topic: its own overrides (to send back
+ * unchanged) and whether an owned setting differs from what we ask for.
+ */
+static void
+read_topic_configs(DesiredTopic *t, const rd_kafka_ConfigResource_t *resource)
+{
+	size_t cnt;
+	const rd_kafka_ConfigEntry_t **entries = rd_kafka_ConfigResource_configs(resource, &cnt);
+
+	t->overrides = palloc0(sizeof(ConfigOverride) * Max(cnt, 1));
+	for (size_t e = 0; e < cnt; e++)
+	{
+		const char *name = rd_kafka_ConfigEntry_name(entries[e]);
+		const char *value = rd_kafka_ConfigEntry_value(entries[e]);
+		bool owned = false;
+
+		for (int c = 0; c < N_OWNED_CONFIGS; c++)
+			if (strcmp(name, owned_config_names[c]) == 0)
+			{
+				owned = true;
+				if (value == NULL || strcmp(value, t->owned_values[c]) != 0)
+					t->config_differs = true;
+			}
+		if (owned ||
+			rd_kafka_ConfigEntry_source(entries[e]) != RD_KAFKA_CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG)
+			continue;
+		if (value == NULL)
+		{
+			/* A sensitive override Kafka will not show: altering would drop it. */
+			fail_topic(t, RD_KAFKA_RESP_ERR_INVALID_CONFIG, "cannot set topic config",
+					   psprintf("its setting %s is sensitive and would be lost; set %s, %s and %s "
+								"by hand",
+								name, owned_config_names[0], owned_config_names[1],
+								owned_config_names[2]));
+			return;
+		}
+		t->overrides[t->n_overrides].name = pstrdup(name);
+		t->overrides[t->n_overrides].value = pstrdup(value);
+		t->n_overrides++;
+	}
+}
+
+/* Reads the settings of existing topics (DescribeConfigs). */
+static void
+describe_topic_configs(DesiredTopic **topics, int n)
+{
+	rd_kafka_ConfigResource_t **resources = palloc(sizeof(rd_kafka_ConfigResource_t *) * n);
+	rd_kafka_queue_t *queue = rd_kafka_queue_new(admin);
+	rd_kafka_AdminOptions_t *options = admin_options(RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+	rd_kafka_event_t *event;
+
+	for (int i = 0; i < n; i++)
+		resources[i] = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topics[i]->name);
+	rd_kafka_DescribeConfigs(admin, resources, n, options, queue);
+	event = wait_admin_result(queue);
+	if (!admin_request_failed(event, topics, n, "cannot read topic config"))
+	{
+		size_t cnt;
+		const rd_kafka_ConfigResource_t **results = rd_kafka_DescribeConfigs_result_resources(
+			rd_kafka_event_DescribeConfigs_result(event), &cnt);
+
+		for (size_t r = 0; r < cnt; r++)
+		{
+			DesiredTopic *t = find_topic(topics, n, rd_kafka_ConfigResource_name(results[r]));
+
+			if (t == NULL)
+				continue;
+			if (rd_kafka_ConfigResource_error(results[r]) != RD_KAFKA_RESP_ERR_NO_ERROR)
+				fail_topic(t, rd_kafka_ConfigResource_error(results[r]), "cannot read topic config",
+						   rd_kafka_ConfigResource_error_string(results[r]));
+			else
+				read_topic_configs(t, results[r]);
+		}
+	}
+	if (event)
+		rd_kafka_event_destroy(event);
+	rd_kafka_ConfigResource_destroy_array(resources, n);
+	rd_kafka_AdminOptions_destroy(options);
+	rd_kafka_queue_destroy(queue);
+}
+
+/*
+ * Sets the owned settings where they differ. AlterConfigs (librdkafka 2.0 has no
+ * IncrementalAlterConfigs) replaces a topic's whole set of overrides, so each request
+ * carries the topic's own overrides, unchanged, with ours.
  */
 static void
 alter_topic_configs(DesiredTopic **topics, int n)
@@ -352,13 +498,13 @@ alter_topic_configs(DesiredTopic **topics, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		char value[32];
-
 		resources[i] = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topics[i]->name);
-		snprintf(value, sizeof(value), INT64_FORMAT, topics[i]->retention_ms);
-		rd_kafka_ConfigResource_set_config(resources[i], "retention.ms", value);
-		snprintf(value, sizeof(value), "%d", topics[i]->min_insync_replicas);
-		rd_kafka_ConfigResource_set_config(resources[i], "min.insync.replicas", value);
+		for (int o = 0; o < topics[i]->n_overrides; o++)
+			rd_kafka_ConfigResource_set_config(resources[i], topics[i]->overrides[o].name,
+											   topics[i]->overrides[o].value);
+		for (int c = 0; c < N_OWNED_CONFIGS; c++)
+			rd_kafka_ConfigResource_set_config(resources[i], owned_config_names[c],
+											   topics[i]->owned_values[c]);
 	}
 	rd_kafka_AlterConfigs(admin, resources, n, options, queue);
 	event = wait_admin_result(queue);
@@ -380,7 +526,60 @@ alter_topic_configs(DesiredTopic **topics, int n)
 	rd_kafka_queue_destroy(queue);
 }
 
-/* Brings Kafka in line with topics[]; each topic's outcome lands in its ready/error. */
+/* The owned settings of existing topics, changed only where Kafka differs. */
+static void
+apply_topic_configs(DesiredTopic **existing, int n)
+{
+	DesiredTopic **differing = palloc(sizeof(DesiredTopic *) * Max(n, 1));
+	int n_differing = 0;
+
+	describe_topic_configs(existing, n);
+	for (int i = 0; i < n; i++)
+		if (existing[i]->ready && existing[i]->config_differs)
+			differing[n_differing++] = existing[i];
+	if (n_differing > 0)
+		alter_topic_configs(differing, n_differing);
+}
+
+/* Sorts the desired topics by what Kafka has: missing, short of partitions, existing. */
+static void
+compare_with_metadata(DesiredTopic *topics, int count, const struct rd_kafka_metadata *md,
+					  DesiredTopic **missing, int *n_missing, DesiredTopic **short_topics,
+					  int *n_short, DesiredTopic **existing, int *n_existing)
+{
+	for (int i = 0; i < count; i++)
+	{
+		const struct rd_kafka_metadata_topic *found = NULL;
+
+		topics[i].ready = true;
+		for (int m = 0; m < md->topic_cnt; m++)
+			if (strcmp(md->topics[m].topic, topics[i].name) == 0 &&
+				md->topics[m].err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+				found = &md->topics[m];
+		topics[i].exists = found != NULL;
+		if (found == NULL)
+		{
+			missing[(*n_missing)++] = &topics[i];
+			continue;
+		}
+		topics[i].kafka_partitions = found->partition_cnt;
+		existing[(*n_existing)++] = &topics[i];
+		if (found->partition_cnt < topics[i].partitions)
+			short_topics[(*n_short)++] = &topics[i];
+		else if (found->partition_cnt > 0 &&
+				 found->partitions[0].replica_cnt != topics[i].replication_factor)
+			/* Kafka cannot change this in place; records still flow, so it is a note. */
+			topics[i].error = psprintf(
+				"replication factor is %d in Kafka, %d configured: change it with a partition "
+				"reassignment",
+				found->partitions[0].replica_cnt, topics[i].replication_factor);
+	}
+}
+
+/*
+ * Brings Kafka in line with topics[]; each topic's outcome lands in its exists, ready and
+ * error. A failure on one topic is that topic's only.
+ */
 static void
 apply_to_kafka(DesiredTopic *topics, int count)
 {
@@ -389,6 +588,7 @@ apply_to_kafka(DesiredTopic *topics, int count)
 	DesiredTopic **short_topics = palloc(sizeof(DesiredTopic *) * Max(count, 1));
 	DesiredTopic **existing = palloc(sizeof(DesiredTopic *) * Max(count, 1));
 	int n_missing = 0, n_short = 0, n_existing = 0;
+	int live_brokers;
 	char errbuf[512];
 	rd_kafka_resp_err_t err;
 
@@ -406,39 +606,17 @@ apply_to_kafka(DesiredTopic *topics, int count)
 			fail_topic(&topics[i], err, "Kafka unreachable", NULL);
 		return;
 	}
-	for (int i = 0; i < count; i++)
-	{
-		const struct rd_kafka_metadata_topic *found = NULL;
-
-		topics[i].ready = true;
-		for (int m = 0; m < md->topic_cnt; m++)
-			if (strcmp(md->topics[m].topic, topics[i].name) == 0 &&
-				md->topics[m].err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-				found = &md->topics[m];
-		if (found == NULL)
-			missing[n_missing++] = &topics[i];
-		else
-		{
-			existing[n_existing++] = &topics[i];
-			if (found->partition_cnt < topics[i].partitions)
-				short_topics[n_short++] = &topics[i];
-			else if (found->partition_cnt > 0 &&
-					 found->partitions[0].replica_cnt != topics[i].replication_factor)
-				/* Kafka cannot change this in place; records still flow, so it is a note. */
-				topics[i].error = psprintf(
-					"replication factor is %d in Kafka, %d configured: change it with a partition "
-					"reassignment",
-					found->partitions[0].replica_cnt, topics[i].replication_factor);
-		}
-	}
+	compare_with_metadata(topics, count, md, missing, &n_missing, short_topics, &n_short, existing,
+						  &n_existing);
+	live_brokers = md->broker_cnt;
 	rd_kafka_metadata_destroy(md);
 
 	if (n_missing > 0)
-		create_topics(missing, n_missing);
+		create_topics(missing, n_missing, live_brokers);
 	if (n_short > 0)
 		grow_partitions(short_topics, n_short);
 	if (n_existing > 0)
-		alter_topic_configs(existing, n_existing);
+		apply_topic_configs(existing, n_existing);
 }
 
 /* ------------------------------------------------------------ reporting */
@@ -464,10 +642,17 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 		appendStringInfo(&json,
 						 ",\"role\":\"%s\",\"partitions\":%d,\"replication_factor\":%d,"
 						 "\"min_insync_replicas\":%d,\"retention_ms\":" INT64_FORMAT
-						 ",\"ready\":%s,\"permanent\":%s,\"error\":",
+						 ",\"max_message_bytes\":%d,\"ready\":%s,\"permanent\":%s,",
 						 t->role, t->partitions, t->replication_factor, t->min_insync_replicas,
-						 t->retention_ms, t->ready ? "true" : "false",
+						 t->retention_ms, t->max_message_bytes, t->ready ? "true" : "false",
 						 t->permanent ? "true" : "false");
+		/* Unknown when Kafka did not answer: the database keeps what it knew. */
+		if (t->exists < 0)
+			appendStringInfoString(&json, "\"exists\":null,\"kafka_partitions\":null,");
+		else
+			appendStringInfo(&json, "\"exists\":%s,\"kafka_partitions\":%d,",
+							 t->exists ? "true" : "false", t->exists ? t->kafka_partitions : 0);
+		appendStringInfoString(&json, "\"error\":");
 		if (t->error)
 			escape_json(&json, t->error);
 		else

@@ -4,12 +4,15 @@
  * A pass claims a batch of ready rows (SKIP LOCKED, so relays side by side never share
  * a row), produces each with its headers, waits for every delivery report, and in the
  * same transaction marks stored exactly the rows whose report says persisted. Anything
- * else stays unshipped: deferred with a backoff, or dead when Kafka can never take it.
- * A crash at any point leaves the claimed rows unmarked, so they are sent again.
+ * else stays unshipped: rows of a topic Kafka does not have wait (written once) until the
+ * reconciler creates it; rows Kafka did not take are tried again later, without being
+ * rewritten, while their topic is passed over; a row Kafka can never take (too large) is
+ * dead. A crash at any point leaves the claimed rows unmarked, so they are sent again.
  *
  * Words: a "pass" is one claim-produce-mark transaction; "backoff" is how long the relay
- * waits, and deferred rows stay unclaimable, after a pass that could not ship everything.
- * Relay 0 also runs the maintenance (lease expiry, purge of finished rows).
+ * waits after a pass that shipped nothing because Kafka took nothing; a "failing topic"
+ * is one whose records Kafka did not take, passed over by the claim until its own retry
+ * time. Relay 0 also runs the maintenance (lease expiry, purge of finished rows).
  */
 #include "postgres.h"
 
@@ -52,19 +55,41 @@ typedef enum
 	RELAY_SHIPPING,
 	RELAY_KAFKA_DOWN,
 	RELAY_NOT_CONFIGURED,
-	RELAY_NO_EXTENSION
+	RELAY_NO_EXTENSION,
+	RELAY_KAFKA_REFUSING
 } RelayState;
 
 typedef struct PassResult
 {
 	int claimed;
 	int stored;
-	int deferred;
+	int deferred; /* Kafka did not take them: tried again later */
+	int waiting;  /* their topic is not in Kafka: they wait for it */
 	int unshippable;
 	bool extension_missing;
+	bool kafka_down; /* the first deferred row's error says Kafka did not answer */
+	char *reason;    /* why the first deferred row was not stored */
 } PassResult;
 
 static RelayState relay_state = RELAY_SHIPPING;
+
+/*
+ * A topic whose records Kafka did not take: the claim passes over its rows until
+ * retry_at, its delay doubling up to relay_max_backoff while it keeps failing, so a
+ * failing topic neither holds up the others nor has its rows rewritten on every try.
+ */
+typedef struct FailingTopic
+{
+	char name[256];
+	int delay_ms;
+	TimestampTz retry_at;
+	uint64 failed_in_pass;
+} FailingTopic;
+
+#define MAX_FAILING_TOPICS 256
+static FailingTopic failing_topics[MAX_FAILING_TOPICS];
+static int n_failing_topics = 0;
+static uint64 pass_number = 0;
 
 void
 define_relay_settings(void)
@@ -126,7 +151,7 @@ static void
 enter_state(RelayState state, const char *detail)
 {
 	static const char *const names[] = {"shipping", "Kafka unreachable", "not configured",
-										"extension not installed"};
+										"extension not installed", "Kafka does not take records"};
 
 	if (state == relay_state)
 		return;
@@ -155,7 +180,11 @@ spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values)
 		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
 }
 
-/* Kafka will never take these: the record is too large or the topic unusable. */
+/*
+ * Kafka will never take these: the record itself is refused (too large, or arguments
+ * librdkafka rejects). Everything else about a topic (authorization, replicas, leaders)
+ * can be fixed in the cluster, so its records wait.
+ */
 static bool
 is_unshippable(rd_kafka_resp_err_t err)
 {
@@ -163,8 +192,6 @@ is_unshippable(rd_kafka_resp_err_t err)
 	{
 		case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
 		case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-		case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-		case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
 		case RD_KAFKA_RESP_ERR__INVALID_ARG:
 			return true;
 		default:
@@ -172,22 +199,123 @@ is_unshippable(rd_kafka_resp_err_t err)
 	}
 }
 
+/* Errors that say no broker answered, as opposed to a broker refusing. */
+static bool
+is_kafka_down(rd_kafka_resp_err_t err)
+{
+	switch (err)
+	{
+		case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+		case RD_KAFKA_RESP_ERR__TIMED_OUT:
+		case RD_KAFKA_RESP_ERR__TRANSPORT:
+		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+		case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/* ------------------------------------------------------------ failing topics */
+
+static FailingTopic *
+find_failing_topic(const char *name)
+{
+	for (int i = 0; i < n_failing_topics; i++)
+		if (strcmp(failing_topics[i].name, name) == 0)
+			return &failing_topics[i];
+	return NULL;
+}
+
+/*
+ * Kafka did not take a record of this topic: pass over it a while, longer after each
+ * pass in which it failed again.
+ */
+static void
+topic_failed(const char *name)
+{
+	FailingTopic *t = find_failing_topic(name);
+
+	if (t == NULL)
+	{
+		if (n_failing_topics == MAX_FAILING_TOPICS || strlen(name) >= sizeof(t->name))
+			return; /* not remembered: its rows are simply claimed again */
+		t = &failing_topics[n_failing_topics++];
+		strlcpy(t->name, name, sizeof(t->name));
+		t->delay_ms = 0;
+		t->failed_in_pass = 0;
+	}
+	if (t->failed_in_pass == pass_number)
+		return;
+	t->failed_in_pass = pass_number;
+	t->delay_ms = t->delay_ms ? Min(t->delay_ms * 2, relay_max_backoff_ms) : 1000;
+	t->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), t->delay_ms);
+}
+
+/* Kafka took a record of this topic: it is no longer failing, unless another failed. */
+static void
+topic_shipped(const char *name)
+{
+	FailingTopic *t = find_failing_topic(name);
+
+	if (t != NULL && t->failed_in_pass != pass_number)
+		*t = failing_topics[--n_failing_topics];
+}
+
+/* The failing topics whose retry time has not come: a text[] for the claim, or NULL. */
+static Datum
+topics_to_pass_over(bool *isnull)
+{
+	Datum *names = palloc(sizeof(Datum) * Max(n_failing_topics, 1));
+	TimestampTz now = GetCurrentTimestamp();
+	int n = 0;
+
+	for (int i = 0; i < n_failing_topics; i++)
+		if (failing_topics[i].retry_at > now)
+			names[n++] = CStringGetTextDatum(failing_topics[i].name);
+	*isnull = n == 0;
+	return n == 0 ? (Datum) 0
+				  : PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* Milliseconds until a failing topic may be tried again; -1 when none waits. */
+static int
+ms_until_next_topic_retry(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int best = -1;
+
+	for (int i = 0; i < n_failing_topics; i++)
+	{
+		long secs;
+		int usecs;
+		int ms;
+
+		TimestampDifference(now, failing_topics[i].retry_at, &secs, &usecs);
+		ms = (int) Min(secs * 1000 + usecs / 1000 + 1, INT_MAX);
+		if (best < 0 || ms < best)
+			best = ms;
+	}
+	return best;
+}
+
+/* ------------------------------------------------------------ a pass */
+
 static const char claim_sql[] =
 	"SELECT c.id, c.topic, c.idempotency_key, c.message_key, c.headers::text, c.content_type,"
 	"       c.payload, to_char(c.created_at AT TIME ZONE 'UTC', "
 	"                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), t.acks,"
-	"       coalesce(k.ready, false), coalesce(k.error_is_permanent, false), k.error"
-	"  FROM wal_delivery.claim_ready_to_ship($1) c"
+	"       coalesce(k.in_kafka, false), k.error"
+	"  FROM wal_delivery.claim_ready_to_ship($1, $2) c"
 	"  LEFT JOIN wal_delivery.topics t ON t.name = c.topic"
-	"  LEFT JOIN wal_delivery.kafka_topics k ON k.topic = c.topic";
+	"  LEFT JOIN wal_delivery.kafka_topics k ON k.topic = c.topic AND k.role = 'main'";
 
 /* Why a claimed row is not produced in this pass. */
 typedef enum
 {
 	ROW_PRODUCED,
-	ROW_TOPIC_DELETED,     /* no longer in wal_delivery.topics: dead */
-	ROW_TOPIC_UNCREATABLE, /* the reconciler cannot create it in Kafka: dead */
-	ROW_TOPIC_NOT_READY    /* the reconciler has not created it yet: try again soon */
+	ROW_TOPIC_DELETED, /* no longer in wal_delivery.topics: dead */
+	ROW_TOPIC_MISSING  /* not in Kafka (yet): it waits until the reconciler creates it */
 } RowFate;
 
 /* The rows one pass claimed (SPI_tuptable), and what became of each on the way. */
@@ -198,10 +326,11 @@ typedef struct ClaimedRows
 	KafkaDelivery *deliveries;
 	RowFate *fate;
 	int64 *stored;   /* persisted: mark stored */
-	int64 *deferred; /* not persisted: try again after the backoff */
-	int64 *not_ready;
-	int n_not_ready;
-	const char *defer_reason; /* the first deferred row's */
+	int64 *deferred; /* not persisted: try again when the topic is due */
+	Datum *deferred_reasons;
+	int64 *waiting;            /* topic not in Kafka: wait for it */
+	const char *waiting_topic; /* the first waiting row's, and why */
+	const char *waiting_reason;
 } ClaimedRows;
 
 static void
@@ -215,9 +344,9 @@ init_claimed_rows(ClaimedRows *rows)
 	rows->stored = palloc(sizeof(int64) * Max(n, 1));
 	rows->deferred = palloc(sizeof(int64) * Max(n, 1));
 	rows->fate = palloc0(sizeof(RowFate) * Max(n, 1));
-	rows->not_ready = palloc(sizeof(int64) * Max(n, 1));
-	rows->n_not_ready = 0;
-	rows->defer_reason = NULL;
+	rows->deferred_reasons = palloc(sizeof(Datum) * Max(n, 1));
+	rows->waiting = palloc(sizeof(int64) * Max(n, 1));
+	rows->waiting_topic = rows->waiting_reason = NULL;
 }
 
 /* Reads claimed row i into rec and its delivery's outbox id; says whether to produce it. */
@@ -245,12 +374,9 @@ read_claimed_row(ClaimedRows *rows, int i, KafkaRecord *rec)
 		/* The topic was deleted (forced) after this row was enqueued. */
 		return ROW_TOPIC_DELETED;
 	}
+	/* Produce only to topics Kafka has, never to ones a produce would auto-create. */
 	if (!DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull)))
-	{
-		/* Produce only to topics the reconciler made, never auto-created ones. */
-		return DatumGetBool(SPI_getbinval(tup, desc, 11, &isnull)) ? ROW_TOPIC_UNCREATABLE
-																   : ROW_TOPIC_NOT_READY;
-	}
+		return ROW_TOPIC_MISSING;
 	return ROW_PRODUCED;
 }
 
@@ -296,6 +422,27 @@ mark_unshippable(int64 outbox_id, const char *reason)
 	spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
 }
 
+/* A row Kafka did not take this time: its topic is passed over for a while. */
+static void
+defer_row(ClaimedRows *rows, int i, PassResult *result)
+{
+	KafkaDelivery *d = &rows->deliveries[i];
+	const char *topic = SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 2);
+	const char *why = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
+						  ? rd_kafka_err2str(d->err)
+						  : "Kafka reported the record as possibly persisted";
+
+	topic_failed(topic);
+	rows->deferred_reasons[result->deferred] =
+		CStringGetTextDatum(psprintf("Kafka did not take the record: %s", why));
+	rows->deferred[result->deferred++] = d->outbox_id;
+	if (result->reason == NULL)
+	{
+		result->reason = psprintf("%s (topic \"%s\")", why, topic);
+		result->kafka_down = is_kafka_down(d->err);
+	}
+}
+
 /*
  * Sorts each row by its fate and delivery report: dead rows are marked unshippable here,
  * row by row; the others are collected for write_sorted_rows.
@@ -307,18 +454,25 @@ sort_claimed_rows(ClaimedRows *rows, PassResult *result)
 	{
 		KafkaDelivery *d = &rows->deliveries[i];
 
-		if (rows->fate[i] == ROW_TOPIC_NOT_READY)
-			rows->not_ready[rows->n_not_ready++] = d->outbox_id;
-		else if (rows->fate[i] == ROW_TOPIC_DELETED || rows->fate[i] == ROW_TOPIC_UNCREATABLE)
+		if (rows->fate[i] == ROW_TOPIC_MISSING)
 		{
-			mark_unshippable(d->outbox_id,
-							 rows->fate[i] == ROW_TOPIC_DELETED
-								 ? "topic no longer exists in wal_delivery.topics"
-								 : SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 12));
+			if (rows->waiting_topic == NULL)
+			{
+				rows->waiting_topic = SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 2);
+				rows->waiting_reason = SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 11);
+			}
+			rows->waiting[result->waiting++] = d->outbox_id;
+		}
+		else if (rows->fate[i] == ROW_TOPIC_DELETED)
+		{
+			mark_unshippable(d->outbox_id, "topic no longer exists in wal_delivery.topics");
 			result->unshippable++;
 		}
 		else if (d->err == RD_KAFKA_RESP_ERR_NO_ERROR && d->status == RD_KAFKA_MSG_STATUS_PERSISTED)
+		{
+			topic_shipped(SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 2));
 			rows->stored[result->stored++] = d->outbox_id;
+		}
 		else if (is_unshippable(d->err))
 		{
 			mark_unshippable(d->outbox_id,
@@ -326,29 +480,42 @@ sort_claimed_rows(ClaimedRows *rows, PassResult *result)
 			result->unshippable++;
 		}
 		else
-		{
-			rows->deferred[result->deferred++] = d->outbox_id;
-			if (rows->defer_reason == NULL)
-				rows->defer_reason = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
-										 ? rd_kafka_err2str(d->err)
-										 : "Kafka reported the record as possibly persisted";
-		}
+			defer_row(rows, i, result);
 	}
 }
 
-/* One statement per kind: not ready (deferred a second), stored, deferred for backoff_ms. */
+/* Logs once per topic and reason that records wait for their topic to be in Kafka. */
 static void
-write_sorted_rows(const ClaimedRows *rows, const PassResult *result, int backoff_ms)
+log_waiting_topic(const char *topic, const char *reason)
 {
-	if (rows->n_not_ready > 0)
-	{
-		Oid types[2] = {INT8ARRAYOID, TEXTOID};
-		Datum values[2] = {
-			int8_array(rows->not_ready, rows->n_not_ready),
-			CStringGetTextDatum("waiting for the reconciler to create the Kafka topic")};
+	static char last[512] = "";
+	char *now = psprintf("%s: %s", topic, reason ? reason : "");
 
-		spi_exec_or_fail("SELECT wal_delivery.defer_shipping($1, $2, interval '1 second')", 2,
-						 types, values);
+	if (strncmp(last, now, sizeof(last) - 1) == 0)
+		return;
+	strlcpy(last, now, sizeof(last));
+	ereport(LOG, (errmsg("wal_delivery relay: records of topic \"%s\" wait in the outbox until "
+						 "Kafka has the topic",
+						 topic),
+				  errdetail_internal("%s", reason ? reason
+												  : "The reconciler has not created it yet; see "
+													"wal_delivery.reconcile_status.")));
+}
+
+/*
+ * One statement per kind: waiting (once, until the topic exists), stored, and the
+ * reason of the deferred (written only when it changed; their place in line is kept).
+ */
+static void
+write_sorted_rows(const ClaimedRows *rows, const PassResult *result)
+{
+	if (result->waiting > 0)
+	{
+		Oid types[1] = {INT8ARRAYOID};
+		Datum values[1] = {int8_array(rows->waiting, result->waiting)};
+
+		spi_exec_or_fail("SELECT wal_delivery.wait_for_topic($1)", 1, types, values);
+		log_waiting_topic(rows->waiting_topic, rows->waiting_reason);
 	}
 	if (result->stored > 0)
 	{
@@ -359,13 +526,12 @@ write_sorted_rows(const ClaimedRows *rows, const PassResult *result, int backoff
 	}
 	if (result->deferred > 0)
 	{
-		Oid types[3] = {INT8ARRAYOID, TEXTOID, INT4OID};
-		Datum values[3] = {int8_array(rows->deferred, result->deferred),
-						   CStringGetTextDatum(rows->defer_reason), Int32GetDatum(backoff_ms)};
+		Oid types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+		Datum values[2] = {int8_array(rows->deferred, result->deferred),
+						   PointerGetDatum(construct_array(rows->deferred_reasons, result->deferred,
+														   TEXTOID, -1, false, TYPALIGN_INT))};
 
-		spi_exec_or_fail(
-			"SELECT wal_delivery.defer_shipping($1, $2, make_interval(secs => $3 / 1000.0))", 3,
-			types, values);
+		spi_exec_or_fail("SELECT wal_delivery.note_shipping_failures($1, $2)", 2, types, values);
 	}
 }
 
@@ -374,7 +540,7 @@ write_sorted_rows(const ClaimedRows *rows, const PassResult *result, int backoff
  * the rows are marked in the same transaction that claimed them.
  */
 static void
-ship_claimed_rows(PassResult *result, int backoff_ms)
+ship_claimed_rows(PassResult *result)
 {
 	ClaimedRows rows;
 
@@ -384,16 +550,19 @@ ship_claimed_rows(PassResult *result, int backoff_ms)
 	/* Every row needs its report before anything is marked: only persisted means stored. */
 	wait_for_delivery_reports();
 	sort_claimed_rows(&rows, result);
-	write_sorted_rows(&rows, result, backoff_ms);
+	write_sorted_rows(&rows, result);
 }
 
 static void
-run_pass(PassResult *result, int backoff_ms)
+run_pass(PassResult *result)
 {
-	Oid types[1] = {INT4OID};
-	Datum values[1] = {Int32GetDatum(relay_batch_size)};
+	Oid types[2] = {INT4OID, TEXTARRAYOID};
+	Datum values[2];
+	char nulls[2] = {' ', ' '};
+	bool no_skip;
 
 	memset(result, 0, sizeof(*result));
+	pass_number++;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	SPI_connect();
@@ -404,9 +573,13 @@ run_pass(PassResult *result, int backoff_ms)
 		result->extension_missing = true;
 	else
 	{
-		spi_exec_or_fail(claim_sql, 1, types, values);
+		values[0] = Int32GetDatum(relay_batch_size);
+		values[1] = topics_to_pass_over(&no_skip);
+		nulls[1] = no_skip ? 'n' : ' ';
+		if (SPI_execute_with_args(claim_sql, 2, types, values, nulls, false, 0) < 0)
+			elog(ERROR, "wal_delivery relay: SPI failed on: %s", claim_sql);
 		if (SPI_processed > 0)
-			ship_claimed_rows(result, backoff_ms);
+			ship_claimed_rows(result);
 	}
 
 	SPI_finish();
@@ -487,12 +660,15 @@ reload_settings_if_asked(void)
 }
 
 /*
- * What a pass says about Kafka: logs the state it shows, moves the backoff, and returns
- * how long to wait before the next pass (idle_ms when nothing says otherwise).
+ * What a pass says about Kafka: logs the state it shows (once per change, with the
+ * reason), moves the backoff, and returns how long to wait before the next pass (idle_ms
+ * when nothing says otherwise). Only a pass that stored something says "shipping".
  */
 static int
 wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
 {
+	int topic_retry_ms = ms_until_next_topic_retry();
+
 	if (pass->extension_missing)
 	{
 		enter_state(RELAY_NO_EXTENSION, "Run CREATE EXTENSION wal_delivery.");
@@ -500,15 +676,21 @@ wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
 	}
 	if (pass->deferred > 0 && pass->stored == 0)
 	{
-		enter_state(RELAY_KAFKA_DOWN,
-					psprintf("%d records deferred; they wait in the outbox.", pass->deferred));
+		enter_state(
+			pass->kafka_down ? RELAY_KAFKA_DOWN : RELAY_KAFKA_REFUSING,
+			psprintf("%s; the records wait in the outbox and are tried again.", pass->reason));
 		*backoff_ms = *backoff_ms ? Min(*backoff_ms * 2, relay_max_backoff_ms) : 1000;
 		return *backoff_ms;
 	}
-	enter_state(RELAY_SHIPPING, NULL);
-	*backoff_ms = 0;
+	if (pass->stored > 0)
+	{
+		enter_state(RELAY_SHIPPING, NULL);
+		*backoff_ms = 0;
+	}
 	if (pass->claimed == relay_batch_size)
 		return 0; /* more is waiting */
+	if (topic_retry_ms >= 0 && topic_retry_ms < idle_ms)
+		return topic_retry_ms;
 	return idle_ms;
 }
 
@@ -529,7 +711,7 @@ ship_once(PassResult *pass, int *backoff_ms, int idle_ms)
 		*backoff_ms = Min(*backoff_ms * 2, relay_max_backoff_ms);
 		return *backoff_ms;
 	}
-	run_pass(pass, Max(*backoff_ms, 1000));
+	run_pass(pass);
 	if (kafka_producers_failed(fatal, sizeof(fatal)))
 	{
 		/* Unmarked rows are sent again by the new producers (at least once). */

@@ -1,14 +1,18 @@
 """The reconciler makes the real Kafka match the control plane (topics, partitions,
-retention, min.insync.replicas; retry steps with a partition per destination; the DLQ),
-shows what it could not do in wal_delivery.reconcile_status, and publishes the config
-version only when Kafka matches."""
+retention, min.insync.replicas, max.message.bytes; retry steps with a partition per
+destination; the DLQ), changes only the settings it owns, shows what it could not do in
+wal_delivery.reconcile_status, and publishes the config version once the retry steps and
+the DLQ match. A main topic Kafka cannot create holds only its own records."""
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from conftest import connect
-from relay_helpers import ensure_extension, make_topic, states, wait_until
+from relay_helpers import (ensure_extension, make_topic, read_topic, states, wait_all_stored,
+                           wait_until)
+
+HEADROOM = 65536  # wal_delivery.kafka_message_headroom()
 
 
 @pytest.fixture(autouse=True)
@@ -78,26 +82,80 @@ def test_partitions_grow_with_the_config_and_destinations(kafka_bootstrap, uniqu
         wait_until(lambda: in_sync(conn), 30, what="the version to be published")
 
 
-def test_a_topic_kafka_cannot_create_is_reported_and_its_records_die(unique):
-    topic = f"rec.bad.{unique}"
+def test_a_topic_kafka_cannot_create_holds_only_its_own_records(kafka_bootstrap, unique):
+    bad, good = f"rec.bad.{unique}", f"rec.good.{unique}"
     with connect() as conn:
-        make_topic(conn, topic, replication_factor=3, min_insync_replicas=2)  # one broker here
-        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'doomed')", (topic,))
+        make_topic(conn, bad, replication_factor=3, min_insync_replicas=2)  # one broker here
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'waits')", (bad,))
         status = wait_until(lambda: conn.execute(
-            "SELECT ready, error, error_is_permanent FROM wal_delivery.reconcile_status"
-            " WHERE topic = %s AND error IS NOT NULL", (topic,)).fetchone(), 30,
+            "SELECT in_kafka, ready, error FROM wal_delivery.reconcile_status"
+            " WHERE topic = %s AND error IS NOT NULL", (bad,)).fetchone(), 30,
             what="the reconciler to report the topic")
-        assert status[0] is False and status[2] is True
-        assert "replication factor" in status[1].lower() or "replicat" in status[1].lower()
-        wait_until(lambda: states(conn, topic) == {"dead": 1}, 30, what="the record to die")
-        error = conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s",
-                             (topic,)).fetchone()[0]
-        assert error == status[1]
-        time.sleep(1)
-        assert not in_sync(conn), "published a version Kafka does not match"
+        assert status[0] is False and status[1] is False
+        assert "replication factor" in status[2].lower()
 
-        conn.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,))
-        wait_until(lambda: in_sync(conn), 30, what="publishing once the bad topic is gone")
+        # The rest of the fleet goes on: the version is published, other topics ship.
+        make_topic(conn, good)
+        wait_until(lambda: in_sync(conn), 30, what="publishing despite the bad topic")
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'ships')", (good,))
+        wait_all_stored(conn, good, 1, timeout=30)
+
+        # The bad topic's record waits in the outbox, with the reason, never dead.
+        wait_until(lambda: conn.execute(
+            "SELECT records_waiting FROM wal_delivery.reconcile_status WHERE topic = %s",
+            (bad,)).fetchone()[0] == 1, 30, what="the record to wait for its topic")
+        assert states(conn, bad) == {"pending": 1}
+        assert conn.execute("SELECT records FROM wal_delivery.backlog WHERE topic = %s",
+                            (bad,)).fetchone()[0] == 1
+        reason = conn.execute("SELECT last_error FROM wal_delivery.outbox WHERE topic = %s",
+                              (bad,)).fetchone()[0]
+        assert reason.startswith(f'waiting for Kafka topic "{bad}"')
+        assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE topic = %s",
+                            (bad,)).fetchone()[0] == 0
+
+        # Fixed: the topic is created and the waiting record ships.
+        conn.execute("UPDATE wal_delivery.topics SET replication_factor = 1, min_insync_replicas = 1"
+                     " WHERE name = %s", (bad,))
+        wait_all_stored(conn, bad, 1, timeout=60)
+    assert set(read_topic(kafka_bootstrap, bad, ["waits"])) == {"waits"}
+
+
+def test_max_message_bytes_follows_max_payload_bytes(kafka_bootstrap, unique):
+    topic = f"rec.size.{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    with connect() as conn:
+        make_topic(conn, topic, max_payload_bytes=2_000_000)
+        wait_until(lambda: kafka_partitions(admin, topic) == 1, 30, what="the topic")
+        wait_until(lambda: kafka_config(admin, topic)["max.message.bytes"] == str(2_000_000 + HEADROOM),
+                   30, what="max.message.bytes of the main topic")
+        conn.execute("UPDATE wal_delivery.topics SET max_payload_bytes = 3000000 WHERE name = %s", (topic,))
+        wait_until(lambda: kafka_config(admin, topic)["max.message.bytes"] == str(3_000_000 + HEADROOM),
+                   30, what="max.message.bytes to follow the change")
+        wait_until(lambda: in_sync(conn), 30, what="the version to be published")
+        largest = conn.execute("SELECT max(max_payload_bytes) FROM wal_delivery.topics").fetchone()[0]
+        for name in ("wal_delivery.retry.1", "wal_delivery.retry.2", "wal_delivery.retry.3",
+                     "wal_delivery.dlq"):
+            assert kafka_config(admin, name)["max.message.bytes"] == str(largest + HEADROOM), name
+
+
+def test_a_topic_created_outside_keeps_the_settings_the_system_does_not_own(kafka_bootstrap, unique):
+    topic = f"rec.compacted.{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact",
+                                                        "segment.ms": "3600000"})])[topic].result(20)
+    with connect() as conn:
+        make_topic(conn, topic, retention="3 days")
+        wait_until(lambda: kafka_config(admin, topic)["retention.ms"] == str(3 * 86400 * 1000), 30,
+                   what="the configured retention")
+        wait_until(lambda: in_sync(conn), 30, what="the version to be published")
+        config = kafka_config(admin, topic)
+        assert config["cleanup.policy"] == "compact"
+        assert config["segment.ms"] == "3600000"
+        assert config["max.message.bytes"] == str(1_000_000 + HEADROOM)
+        assert config["min.insync.replicas"] == "1"
+        ready = conn.execute("SELECT ready, in_kafka FROM wal_delivery.reconcile_status WHERE topic = %s",
+                             (topic,)).fetchone()
+        assert ready == (True, True)
 
 
 def test_a_kafka_topic_deleted_behind_its_back_comes_back(kafka_bootstrap, unique):

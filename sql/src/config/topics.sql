@@ -67,7 +67,7 @@ BEGIN
     END IF;
     SELECT prorettype, proretset, prokind, pronamespace INTO p FROM pg_proc WHERE oid = f;
     IF p.pronamespace = pg_my_temp_schema() OR pg_is_other_temp_schema(p.pronamespace) THEN
-        RETURN format('%s lives in a temporary schema, which goes away with its session', f);
+        RETURN format('%s(bytea) lives in a temporary schema, which goes away with its session', p_processor);
     ELSIF p.prokind <> 'f' THEN
         RETURN format('%s is not a plain function', f);
     ELSIF p.prorettype <> 'bytea'::regtype OR p.proretset THEN
