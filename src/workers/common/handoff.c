@@ -3,7 +3,8 @@
  *
  * A write that Kafka did not acknowledge is queued again after a short pause instead of
  * being reported done, so a copy is never lost to a broker hiccup; the caller's offset
- * stays uncommitted meanwhile.
+ * stays uncommitted meanwhile. A write Kafka refuses as too large would be refused
+ * forever: it goes to the DLQ by reference instead (see refer_to_dlq).
  */
 #include "handoff.h"
 
@@ -15,6 +16,7 @@
 #include "clock.h"
 #include "kafka_conf.h"
 #include "log.h"
+#include "metrics.h"
 
 #define RESEND_PAUSE_MS 1000
 
@@ -29,6 +31,8 @@ typedef struct pending_write
 	rd_kafka_headers_t *headers;
 	void *opaque;
 	int64_t resend_at_ms; /* 0 while in flight */
+	char *dlq_topic;      /* where it goes should Kafka refuse it as too large */
+	bool by_reference;    /* already that small DLQ message */
 	struct pending_write *next;
 } pending_write;
 
@@ -39,6 +43,7 @@ struct handoff_producer
 	void *arg;
 	int pending;
 	pending_write *to_resend;
+	metric *too_large;
 };
 
 /*
@@ -199,6 +204,102 @@ handoff_target_name(handoff_target target)
 	return "?";
 }
 
+static bool
+is_too_large(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+		   err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
+
+static void
+add_header(rd_kafka_headers_t *h, const char *name, const char *value)
+{
+	if (value != NULL)
+		rd_kafka_header_add(h, name, -1, value, -1);
+}
+
+/* A header's value as a string for a message, "?" when the write has none. */
+static const char *
+header_or_unknown(rd_kafka_headers_t *hdrs, const char *name)
+{
+	const char *value;
+	size_t len;
+
+	return header_view(hdrs, name, &value, &len) ? value : "?";
+}
+
+/*
+ * Kafka will never take this copy (the payload and our headers are over the topic's
+ * max.message.bytes or the producer's message.max.bytes): trying again would hold the
+ * caller's offset for good. It becomes a small DLQ message that says where the record is
+ * (its outbox id, source topic, partition and offset, and why), the payload omitted;
+ * the record stays in its source topic and, for its idempotency window, in the outbox.
+ */
+static void
+refer_to_dlq(handoff_producer *p, pending_write *w, rd_kafka_resp_err_t err)
+{
+	static const char *const kept[] = {
+		"idempotency-key",  "content-type",  "outbox-id",   "created-at", "source-topic",
+		"source-partition", "source-offset", "destination", "attempt",    "step-entered-at"};
+	rd_kafka_headers_t *h = rd_kafka_headers_new(16);
+	char error[1024];
+
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+	{
+		const char *value;
+		size_t len;
+
+		if (header_view(w->headers, kept[i], &value, &len))
+			rd_kafka_header_add(h, kept[i], -1, value, (ssize_t) len);
+	}
+	snprintf(
+		error, sizeof(error),
+		"Kafka refused the hand-off to %s as too large (%s, %zu bytes of payload); sent to the "
+		"DLQ by reference, payload omitted: the record is in %s partition %s offset %s "
+		"(outbox id %s)",
+		w->topic, rd_kafka_err2str(err), w->payload_len,
+		header_or_unknown(w->headers, "source-topic"),
+		header_or_unknown(w->headers, "source-partition"),
+		header_or_unknown(w->headers, "source-offset"), header_or_unknown(w->headers, "outbox-id"));
+	add_header(h, "last-error", error);
+	add_header(h, "payload-omitted", "true");
+	log_warn("event=handoff_too_large topic=%s key=%s bytes=%zu error=\"%s\" msg=\"sent to the DLQ "
+			 "by reference, payload omitted\"",
+			 w->topic, w->key, w->payload_len, rd_kafka_err2str(err));
+	metric_add(p->too_large, 1, NULL);
+
+	rd_kafka_headers_destroy(w->headers);
+	w->headers = h;
+	free(w->topic);
+	w->topic = strdup(w->dlq_topic);
+	w->partition = RD_KAFKA_PARTITION_UA;
+	w->payload[0] = '\0';
+	w->payload_len = 0;
+	w->by_reference = true;
+}
+
+/*
+ * Queues w to be produced again: at once when it became a DLQ reference, after a pause
+ * otherwise. A reference refused as too large as well is tried again like any write.
+ */
+static void
+send_again(handoff_producer *p, pending_write *w, rd_kafka_resp_err_t err, const char *event)
+{
+	if (is_too_large(err) && !w->by_reference)
+	{
+		refer_to_dlq(p, w, err);
+		w->resend_at_ms = now_ms();
+	}
+	else
+	{
+		log_warn("event=%s topic=%s key=%s error=\"%s\" msg=\"trying again\"", event, w->topic,
+				 w->key, rd_kafka_err2str(err));
+		w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
+	}
+	w->next = p->to_resend;
+	p->to_resend = w;
+}
+
 static void
 produce(handoff_producer *p, pending_write *w)
 {
@@ -210,13 +311,7 @@ produce(handoff_producer *p, pending_write *w)
 
 	w->resend_at_ms = 0;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		log_warn("event=handoff_produce_failed topic=%s key=%s error=\"%s\" msg=\"trying again\"",
-				 w->topic, w->key, rd_kafka_err2str(err));
-		w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
-		w->next = p->to_resend;
-		p->to_resend = w;
-	}
+		send_again(p, w, err, "handoff_produce_failed");
 }
 
 static void
@@ -225,6 +320,7 @@ free_write(pending_write *w)
 	free(w->topic);
 	free(w->key);
 	free(w->payload);
+	free(w->dlq_topic);
 	rd_kafka_headers_destroy(w->headers);
 	free(w);
 }
@@ -243,11 +339,7 @@ on_delivery(rd_kafka_t *rk __attribute__((unused)), const rd_kafka_message_t *rk
 		free_write(w);
 		return;
 	}
-	log_warn("event=handoff_not_acknowledged topic=%s key=%s error=\"%s\" msg=\"trying again\"",
-			 w->topic, w->key, rd_kafka_err2str(rkm->err));
-	w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
-	w->next = p->to_resend;
-	p->to_resend = w;
+	send_again(p, w, rkm->err, "handoff_not_acknowledged");
 }
 
 handoff_producer *
@@ -259,9 +351,11 @@ handoff_producer_new(const worker_options *opts, const control_plane_config *con
 		{"enable.idempotence", "true"},
 		{"client.id", "wal-worker-handoff"},
 		{"linger.ms", "5"},
+		{"message.max.bytes", KAFKA_MESSAGE_MAX_BYTES},
 	};
 	rd_kafka_conf_t *conf =
-		kafka_conf_build(defaults, 4, config->kafka_bootstrap_servers, opts, errbuf, errbuf_size);
+		kafka_conf_build(defaults, sizeof(defaults) / sizeof(defaults[0]),
+						 config->kafka_bootstrap_servers, opts, errbuf, errbuf_size);
 	handoff_producer *p;
 
 	if (conf == NULL)
@@ -269,6 +363,10 @@ handoff_producer_new(const worker_options *opts, const control_plane_config *con
 	p = calloc(1, sizeof(*p));
 	p->done = done;
 	p->arg = arg;
+	p->too_large = metric_counter("wal_handoff_too_large_total",
+								  "Hand-offs Kafka refused as too large, sent to the DLQ by "
+								  "reference with the payload omitted",
+								  0, NULL);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_opaque(conf, p);
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
@@ -278,13 +376,6 @@ handoff_producer_new(const worker_options *opts, const control_plane_config *con
 		return NULL;
 	}
 	return p;
-}
-
-static void
-add_header(rd_kafka_headers_t *h, const char *name, const char *value)
-{
-	if (value != NULL)
-		rd_kafka_header_add(h, name, -1, value, -1);
 }
 
 void
@@ -317,6 +408,7 @@ handoff_send(handoff_producer *p, const control_plane_config *config,
 	w->payload[m->payload_len] = '\0';
 	w->payload_len = m->payload_len;
 	w->opaque = opaque;
+	w->dlq_topic = strdup(config->dlq_topic);
 	w->headers = rd_kafka_headers_new(16);
 	add_header(w->headers, "idempotency-key", m->idempotency_key);
 	add_header(w->headers, "content-type", m->content_type);

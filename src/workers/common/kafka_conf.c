@@ -61,6 +61,13 @@ kafka_conf_build(const kafka_default *defaults, int n_defaults, const char *boot
 	rd_kafka_conf_set_log_cb(conf, log_kafka_message);
 	rd_kafka_conf_set_error_cb(conf, log_kafka_error);
 
+	/*
+	 * A fetch returns a message larger than fetch.max.bytes whole (KIP-74), and the
+	 * response must fit librdkafka's receive limit (100,000,000 by default): 1 MiB over
+	 * the largest message.
+	 */
+	if (!set_one(conf, "receive.message.max.bytes", "102097152", errbuf, errbuf_size))
+		goto fail;
 	for (int i = 0; i < n_defaults; i++)
 		if (!set_one(conf, defaults[i].name, defaults[i].value, errbuf, errbuf_size))
 			goto fail;

@@ -19,7 +19,18 @@ typedef struct
 	const char *value;
 } kafka_default;
 
-/* NULL with errbuf filled when a property is refused or no bootstrap server is known. */
+/*
+ * The largest message the workers' producers send (librdkafka refuses a larger one before
+ * sending; its default is 1 MB): above the largest max.message.bytes the reconciler gives
+ * a topic (max_payload_bytes, at most 100,000,000, plus 64 KiB), so each topic's limit in
+ * Kafka is the one that judges, and under a broker's default socket.request.max.bytes.
+ */
+#define KAFKA_MESSAGE_MAX_BYTES "101048576"
+
+/*
+ * NULL with errbuf filled when a property is refused or no bootstrap server is known.
+ * Every client may receive a response holding one message of KAFKA_MESSAGE_MAX_BYTES.
+ */
 rd_kafka_conf_t *kafka_conf_build(const kafka_default *defaults, int n_defaults,
 								  const char *bootstrap_from_config, const worker_options *opts,
 								  char *errbuf, size_t errbuf_size);
