@@ -69,7 +69,7 @@ freeze-release: $(INSTALL_SQL)
 WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/*/*.c)
 WORKER_OBJS  = $(patsubst src/workers/%.c,build/workers/%.o,$(WORKER_SRCS))
 WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers \
-	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP
+	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
 WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lcrypto -lpthread -lm
 
 all: bin/wal-worker
@@ -83,6 +83,8 @@ bin/wal-worker: $(WORKER_OBJS)
 	$(CC) -o $@ $^ $(WORKER_LIBS)
 
 -include $(WORKER_OBJS:.o=.d)
+# wal-worker --version prints default_version.
+build/workers/main.o: $(EXTENSION).control
 
 clean: clean-workers
 clean-workers:

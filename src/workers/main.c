@@ -9,6 +9,11 @@
 #include "common/options.h"
 #include "roles.h"
 
+/* The Makefile passes default_version of wal_delivery.control: worker and SQL agree. */
+#ifndef WAL_DELIVERY_VERSION
+#error "WAL_DELIVERY_VERSION is not defined; build with make"
+#endif
+
 int
 main(int argc, char **argv)
 {
@@ -16,6 +21,11 @@ main(int argc, char **argv)
 	bool help_requested;
 	int rc;
 
+	if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0))
+	{
+		printf("wal-worker %s\n", WAL_DELIVERY_VERSION);
+		return 0;
+	}
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
 	{
 		print_main_help();

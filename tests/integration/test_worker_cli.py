@@ -1,4 +1,5 @@
-"""wal-worker's command line: help for every role, clear errors for bad options."""
+"""wal-worker's command line: its version, help for every role (what dlq and process do), clear
+errors for bad options, the admin port and -X as typed."""
 import re
 import subprocess
 import time
@@ -7,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-WORKER = str(Path(__file__).resolve().parents[2] / "bin" / "wal-worker")
+from relay_helpers import ensure_extension
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = str(ROOT / "bin" / "wal-worker")
 
 
 def run(*args):
@@ -27,6 +31,31 @@ def test_each_role_has_help(role):
     out = run(role, "--help")
     assert out.returncode == 0
     assert out.stdout.startswith(f"wal-worker {role}:")
+    assert "What it does:" in out.stdout
+
+
+@pytest.mark.parametrize("role, words", [
+    ("dlq", ["group wal_delivery.dlq", "wal_delivery.dead_letters", "committed", "dlq_alert_url",
+             "wal_dead_letter_alerts_total", "replay_dead_letter()", "retry step 1",
+             "unresolved_dead_letters"]),
+    ("process", ["lease", "fencing token", "SQL processors", "HTTP processors", "processing_backoff",
+                 "processing_max_attempts", "dead letter", "Needs no Kafka", "superuser",
+                 "processing_status"]),
+])
+def test_dlq_and_process_help_say_what_the_role_does(role, words):
+    out = run(role, "--help").stdout
+    what = out[out.index("What it does:"):out.index("Common options:")]
+    for word in words:
+        assert word in what, word
+
+
+def test_version_is_the_extensions_default_version():
+    control = (ROOT / "wal_delivery.control").read_text()
+    version = re.search(r"^default_version\s*=\s*'([^']+)'", control, re.M).group(1)
+    for flag in ("--version", "-V"):
+        out = run(flag)
+        assert out.returncode == 0 and out.stdout == f"wal-worker {version}\n", out
+    assert "--version" in run("--help").stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -43,6 +72,7 @@ def test_bad_options_are_refused_with_a_clear_message(args, message):
 
 
 def test_admin_port_zero_takes_a_free_port_and_logs_it_and_argv_stays_readable(kafka_bootstrap):
+    ensure_extension()  # the worker starts its admin server once it has a config
     proc = subprocess.Popen([WORKER, "dlq", "--admin-port", "0", "--admin-listen", "127.0.0.1",
                              "-X", f"bootstrap.servers={kafka_bootstrap}", "-X", "client.id=cli-check"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -9,15 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A role's help: one line for the role list, what it does, its own options. */
 typedef struct
 {
 	const char *name;
 	const char *summary;
-	const char *details;
+	const char *behaviour;
+	const char *options;
 } role_help;
 
 static const role_help roles[] = {
 	{"consume", "deliver records from the main topics to their subscribed destinations",
+	 "  Reads the main topics (group wal_delivery.shared) and sends each record to every\n"
+	 "  subscribed destination it serves. A 2xx is done; a transient failure goes to\n"
+	 "  retry step 1, a permanent one to the DLQ topic. A partition's offset is committed\n"
+	 "  only up to the lowest record whose copies are not all done. Follows the published\n"
+	 "  config version; asks --peer workers for theirs when the database is down.\n",
 	 "  --destination NAME   run a dedicated consumer (own consumer group) for one busy\n"
 	 "                       destination; without it, serve every shared destination\n"},
 	{"retry", "deliver records waiting in the retry steps, pausing failing destinations",
@@ -25,10 +32,37 @@ static const role_help roles[] = {
 	 "  delivered when due, a transient failure moves it to the next step (then the DLQ).\n"
 	 "  After pause_after_failures consecutive failures the destination is paused for every\n"
 	 "  process; one half-open probe per probe_interval decides when it resumes.\n"
-	 "  See SELECT * FROM wal_delivery.destination_status.\n"},
-	{"dlq", "copy the DLQ topic into wal_delivery.dead_letters and raise alerts", ""},
-	{"process", "run the processors of topics whose records need processing", ""},
+	 "  See SELECT * FROM wal_delivery.destination_status.\n",
+	 ""},
+	{"dlq", "copy the DLQ topic into wal_delivery.dead_letters and raise alerts",
+	 "  Consumes the DLQ topic (group wal_delivery.dlq) and writes each message into\n"
+	 "  wal_delivery.dead_letters with its Kafka position, once: its offset is committed\n"
+	 "  only after the row. Every dead letter raises one alert: the metric\n"
+	 "  wal_dead_letter_alerts_total and, when settings.dlq_alert_url is set, a JSON POST\n"
+	 "  retried every 5 s until it is answered 2xx. Entries marked by\n"
+	 "  wal_delivery.replay_dead_letter() are written to retry step 1 and resolved once\n"
+	 "  Kafka acknowledged them. While the database is down it stops consuming.\n"
+	 "  See SELECT * FROM wal_delivery.unresolved_dead_letters.\n",
+	 ""},
+	{"process", "run the processors of topics whose records need processing",
+	 "  Claims rows of topics with a processor (up to 100 at a time, each under a lease\n"
+	 "  and a fencing token), runs SQL processors in the database (never with the\n"
+	 "  extension owner's rights) and POSTs to HTTP processors, and hands each result\n"
+	 "  back; the database refuses a result that comes after the lease. A failed\n"
+	 "  attempt waits processing_backoff (doubling); after processing_max_attempts the\n"
+	 "  row is a dead letter. Needs no Kafka: the relay ships processed rows. Run as\n"
+	 "  many as you like.\n"
+	 "  Connect as a LOGIN member of wal_delivery_admin, never as a superuser.\n"
+	 "  See SELECT * FROM wal_delivery.processing_status.\n",
+	 ""},
 	{"ingest", "the HTTP entry point: records to Kafka, or to the outbox as the fallback",
+	 "  Takes records over HTTP (POST /v1/topics/{topic}/records, or /batch as NDJSON),\n"
+	 "  with a bearer token of wal_delivery.ingest_tokens. A plain topic's record goes to\n"
+	 "  Kafka and is answered 201 once acknowledged with the topic's acks; if Kafka refuses\n"
+	 "  it or is silent past --kafka-deadline it is written to the outbox and answered 202\n"
+	 "  once committed. Topics that need processing always use the outbox. Neither path:\n"
+	 "  503 with Retry-After. Serves /healthz, /readyz and /metrics on --listen too.\n"
+	 "  Connect as a LOGIN member of wal_delivery_ingest.\n",
 	 "  --listen ADDR:PORT   where to take records (default 127.0.0.1:8480; port 0: a\n"
 	 "                       free one, logged as event=started port=N)\n"
 	 "  --kafka-deadline MS  how long Kafka may take to acknowledge before the record\n"
@@ -69,7 +103,8 @@ void
 print_main_help(void)
 {
 	printf("wal-worker: the delivery workers of wal_delivery\n\n"
-		   "Usage: wal-worker ROLE [OPTIONS]\n\nRoles:\n");
+		   "Usage: wal-worker ROLE [OPTIONS]\n"
+		   "       wal-worker --version    print the version (wal_delivery's)\n\nRoles:\n");
 	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
 		printf("  %-9s %s\n", roles[i].name, roles[i].summary);
 	printf("\n%s\nRun 'wal-worker ROLE --help' for a role's own options.\n", common_help);
@@ -84,8 +119,9 @@ print_role_help(const char *role)
 			continue;
 		printf("wal-worker %s: %s\n\nUsage: wal-worker %s [OPTIONS]\n\n", role, roles[i].summary,
 			   role);
-		if (roles[i].details[0] != '\0')
-			printf("Options of %s:\n%s\n", role, roles[i].details);
+		printf("What it does:\n%s\n", roles[i].behaviour);
+		if (roles[i].options[0] != '\0')
+			printf("Options of %s:\n%s\n", role, roles[i].options);
 		printf("%s", common_help);
 	}
 }
