@@ -1,8 +1,9 @@
 # wal_delivery: the Postgres extension (PGXS) and the wal-worker binary.
 #
-#   make            build both          make install   install the extension
+#   make            build both          make install   install the extension and wal-worker
 #   make demo       run it end to end   make test      set up, build and run every test
 #   make bench      run the benchmarks  make format    clang-format the C sources
+#   make deb        the Debian packages (postgresql-15-wal-delivery, wal-delivery-worker)
 
 EXTENSION  = wal_delivery
 MODULE_big = wal_delivery
@@ -74,9 +75,11 @@ WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lcrypto -lpthread -
 
 all: bin/wal-worker
 
+# COPT: extra compiler flags, as PGXS takes them for the extension (pg_buildext passes
+# Debian's hardening flags in it).
 build/workers/%.o: src/workers/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(WORKER_CFLAGS) -c -o $@ $<
+	$(CC) $(WORKER_CFLAGS) $(COPT) -c -o $@ $<
 
 bin/wal-worker: $(WORKER_OBJS)
 	@mkdir -p bin
@@ -86,12 +89,26 @@ bin/wal-worker: $(WORKER_OBJS)
 # wal-worker --version prints default_version.
 build/workers/main.o: $(EXTENSION).control
 
+# make install puts wal-worker next to the server's programs (pg_config --bindir), where
+# PGXS installs programs; WORKER_BINDIR=/usr/local/bin (or any directory) overrides it.
+WORKER_BINDIR ?= $(bindir)
+
+install: install-worker
+install-worker: bin/wal-worker
+	$(MKDIR_P) '$(DESTDIR)$(WORKER_BINDIR)'
+	$(INSTALL_PROGRAM) bin/wal-worker '$(DESTDIR)$(WORKER_BINDIR)/wal-worker'
+
+uninstall: uninstall-worker
+uninstall-worker:
+	rm -f '$(DESTDIR)$(WORKER_BINDIR)/wal-worker'
+
 clean: clean-workers
 clean-workers:
 	rm -rf build bin
 
 # ---------------------------------------------------------------- the project's commands
-.PHONY: setup test demo demo-stop bench format clean-workers check-release freeze-release
+.PHONY: setup test demo demo-stop bench format clean-workers check-release freeze-release \
+	install-worker uninstall-worker deb
 
 setup:
 	tests/setup
@@ -108,5 +125,25 @@ demo-stop:
 bench:
 	bench/run
 
+# make chaos [DURATION=30m]: the whole system under faults (every worker role, 3 brokers,
+# Postgres restarts, S3 archival, 8 scripted destinations), then a verdict (one PASS/FAIL
+# line per check, non-zero exit on any FAIL) and an HTML report (chaos/chaos.py).
+# DURATION is the load phase: 2m by default, about 4 minutes all in.
+.PHONY: chaos
+chaos:
+	chaos/run $(if $(DURATION),--duration $(DURATION))
+
 format:
 	clang-format -i $(wildcard src/ext/*.[ch] src/workers/*.[ch] src/workers/*/*.[ch])
+
+# ---------------------------------------------------------------- the Debian packages
+# Built with the Postgres packaging tools (debian/, pg_buildext) from a copy of the
+# working tree's files in build/deb/src, so the build's `make clean` leaves this tree
+# alone; the .debs land in build/deb/.
+deb:
+	rm -rf build/deb && mkdir -p build/deb/src
+	{ git ls-files --cached --others --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*'; } | \
+	  while read -r f; do [ -f "$$f" ] && printf '%s\n' "$$f"; done | \
+	  grep -v -e '^\./\?\(build\|bin\|\.cache\)/' | tar -cf - -T - | tar -xf - -C build/deb/src
+	cd build/deb/src && dpkg-buildpackage --build=binary --no-sign
+	@ls build/deb/*.deb
