@@ -102,6 +102,7 @@ class IngestLoad:
     def __init__(self, port, topic, token, threads=4, pause=0.0):
         self.port, self.topic, self.token, self.pause = port, topic, token, pause
         self.answers = []
+        self.errors = []  # why a request got no answer
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
@@ -122,6 +123,8 @@ class IngestLoad:
             with self.lock:
                 self.answers.append((started, time.time() - started, key, status,
                                      body.get("path") if isinstance(body, dict) else None))
+                if status is None:
+                    self.errors.append(body)
             if self.pause:
                 time.sleep(self.pause)
 

@@ -3,6 +3,8 @@
  */
 #include "stop_signal.h"
 
+#include "sd_notify.h"
+
 volatile sig_atomic_t stop_requested = 0;
 
 static void
@@ -10,6 +12,7 @@ on_stop_signal(int signo)
 {
 	(void) signo;
 	stop_requested = 1;
+	sd_notify_stopping(); /* async-signal-safe: one sendto on a socket opened before */
 }
 
 void

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/role_setup.h"
+#include "common/sd_notify.h"
 #include "common/stop_signal.h"
 #include "consume/consume_state.h"
 #include "roles.h"
@@ -466,6 +467,8 @@ run_consume(const worker_options *opts)
 	{
 		int busy = work_in_hand(&st);
 		bool got_any = take_records(&st, busy);
+
+		sd_notify_loop();
 
 		/* Wait on the transfers only when they are all there is: Kafka had nothing. */
 		http_engine_poll(st.http, busy && !got_any ? 20 : 0);

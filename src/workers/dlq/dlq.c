@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/role_setup.h"
+#include "common/sd_notify.h"
 #include "common/stop_signal.h"
 #include "dlq/dlq_alerts.h"
 #include "dlq/dlq_message.h"
@@ -438,6 +439,7 @@ run_dlq(const worker_options *opts)
 
 	while (!stop_requested)
 	{
+		sd_notify_loop();
 		if (config_watch_poll(st.watch))
 			alerts_set_url(st.alerts, config_watch_current(st.watch)->dlq_alert_url);
 		/* Every step below needs the database: wait for it. */

@@ -112,18 +112,15 @@ run_ingest(const worker_options *opts)
 	}
 	log_info("event=started listen=%s port=%d kafka_deadline_ms=%d", listen, ingest_http_port(http),
 			 deadline);
-	sd_notify_ready();
-
 	while (!stop_requested)
 	{
+		sd_notify_loop();
 		if (config_watch_poll(watch))
 			install_catalog(config_watch_current(watch));
-		sd_notify_watchdog();
 		usleep(LOOP_MS * 1000);
 	}
 
 	/* Answer what is in flight (each record settles within the deadline), then close. */
-	sd_notify_stopping();
 	log_info("event=stopping");
 	ingest_http_stop(http, deadline + STOP_EXTRA_MS);
 	ingest_kafka_stop();

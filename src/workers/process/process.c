@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/role_setup.h"
+#include "common/sd_notify.h"
 #include "common/stop_signal.h"
 #include "process/http_processor.h"
 #include "process/processing_rows.h"
@@ -312,6 +313,7 @@ run_process(const worker_options *opts)
 
 	while (!stop_requested)
 	{
+		sd_notify_loop();
 		if (!ensure_db(&st))
 		{
 			sleep(1);

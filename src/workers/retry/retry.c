@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/role_setup.h"
+#include "common/sd_notify.h"
 #include "common/stop_signal.h"
 #include "common/offset_tracker.h"
 #include "retry/partition_backlog.h"
@@ -573,6 +574,7 @@ run_retry(const worker_options *opts)
 	{
 		bool got_one = take_message(&st);
 
+		sd_notify_loop();
 		follow_control_plane(&st);
 		/* Stopping: nothing new starts, and fetching stays paused. */
 		if (!st.shutdown_deadline)

@@ -1,0 +1,108 @@
+"""`wal-worker ingest` under faults, with a real broker and a real Postgres: all brokers
+stopped mid-load (answers turn 202 within the deadline, nothing refused, everything in
+Kafka once the brokers are back), Postgres down (the direct path goes on), both down
+(503 with Retry-After, never a 2xx). Every record answered 2xx is counted in Kafka."""
+import time
+
+import pytest
+
+from conftest import connect, env_cmd
+from ingest_helpers import Ingest, IngestLoad, send_record, setup_ingest, topics_with_token
+from relay_helpers import read_topic, report, wait_until
+
+DEADLINE_MS = 1000
+
+
+@pytest.fixture
+def ingest(tmp_path, kafka_bootstrap):
+    with connect() as conn:
+        setup_ingest(conn)
+    worker = Ingest(tmp_path, kafka_bootstrap, deadline_ms=DEADLINE_MS)
+    worker.wait_listening()
+    yield worker
+    worker.stop()
+
+
+def outbox_unshipped(topic):
+    with connect() as conn:
+        return conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s"
+                            " AND state <> 'stored'", (topic,)).fetchone()[0]
+
+
+def test_brokers_down_mid_load_fall_back_to_the_outbox_and_ship_later(ingest, kafka_bootstrap,
+                                                                       unique):
+    with connect() as conn:
+        (topic,), token = topics_with_token(conn, unique)
+    wait_until(lambda: send_record(ingest.port, topic, token)[0] == 201, 30, what="config")
+    brokers = int(__import__("os").environ.get("KAFKA_BROKERS", "1"))
+    with IngestLoad(ingest.port, topic, token, threads=4) as load:
+        wait_until(lambda: load.count(201) >= 200, 60, what="201s before the outage")
+        stopped_at = time.time()
+        for n in range(1, brokers + 1):
+            env_cmd("kafka-stop", str(n))
+        # Broker shutdown takes a few seconds; from then on every answer is a quick 202.
+        wait_until(lambda: sum(1 for a in load.answers if a[0] > stopped_at + 8) >= 200, 60,
+                   what="answers while the brokers are down")
+        during = [a for a in load.answers if a[0] > stopped_at + 8]
+        for n in range(1, brokers + 1):
+            env_cmd("kafka-start", str(n))
+        wait_until(lambda: load.count(201) > 0 and load.answers[-1][3] == 201, 120,
+                   what="201s again after the brokers are back")
+        time.sleep(1)
+    statuses = {a[3] for a in load.answers}
+    assert statuses <= {201, 202}, f"refused while Postgres was up: {statuses} {load.errors[:3]}"
+    # Once Kafka is known down, an answer takes no longer than the deadline (plus the
+    # outbox commit); the load never waits for a broker's timeout.
+    slow = [a for a in during if a[1] > DEADLINE_MS / 1000 + 1.0]
+    assert during and not slow, f"{len(slow)} of {len(during)} answers slower than the deadline"
+    assert all(a[3] == 202 for a in during)
+
+    acked = load.acknowledged()
+    wait_until(lambda: outbox_unshipped(topic) == 0, 120, what="the relay to ship the outbox")
+    seen = read_topic(kafka_bootstrap, topic, acked, timeout=120)
+    missing = set(acked) - set(seen)
+    dupes = sum(len(v) - 1 for v in seen.values())
+    report(f"ingest brokers-down: {load.count(201)} answered 201, {load.count(202)} answered 202, "
+           f"{len(missing)} missing in Kafka, {dupes} duplicates, "
+           f"{ingest.metric('wal_ingest_late_kafka_acks_total'):.0f} late acks")
+    assert not missing, f"{len(missing)} acknowledged records are not in Kafka"
+    assert ingest.metric("wal_ingest_fallbacks_total", reason="kafka_down") > 0
+
+
+def test_postgres_down_keeps_the_direct_path_and_both_down_answer_503(ingest, kafka_bootstrap,
+                                                                      unique):
+    with connect() as conn:
+        (topic, proc), token = topics_with_token(conn, unique, processing=True)
+    wait_until(lambda: send_record(ingest.port, topic, token)[0] == 201, 30, what="config")
+    brokers = int(__import__("os").environ.get("KAFKA_BROKERS", "1"))
+    acked = []
+    env_cmd("pg-stop")
+    try:
+        for i in range(50):
+            status, body, _ = send_record(ingest.port, topic, token, ikey=f"pgdown-{i}")
+            assert status == 201, body
+            acked.append(f"pgdown-{i}")
+        # A topic that needs processing has only the outbox.
+        status, body, headers = send_record(ingest.port, proc, token)
+        assert status == 503 and body["error"] == "outbox_unavailable", body
+        assert headers.get("Retry-After")
+        assert ingest.get("/readyz")[0] == 200  # Kafka still works
+
+        for n in range(1, brokers + 1):
+            env_cmd("kafka-stop", str(n))
+        try:
+            answers = [send_record(ingest.port, topic, token, ikey=f"both-{i}") for i in range(30)]
+            assert not [a for a in answers if a[0] in (201, 202)], "a 2xx with no durable path"
+            assert all(a[0] == 503 and a[2].get("Retry-After") for a in answers), answers[:3]
+            assert answers[-1][1]["error"] == "kafka_and_outbox_unavailable"
+            wait_until(lambda: ingest.get("/readyz")[0] == 503, 30, what="not ready")
+        finally:
+            for n in range(1, brokers + 1):
+                env_cmd("kafka-start", str(n))
+    finally:
+        env_cmd("pg-start")
+    wait_until(lambda: send_record(ingest.port, proc, token)[0] == 202, 60,
+               what="the outbox back after Postgres restarts")
+    wait_until(lambda: ingest.get("/readyz")[0] == 200, 60, what="ready again")
+    seen = read_topic(kafka_bootstrap, topic, acked, timeout=90)
+    assert not set(acked) - set(seen)
