@@ -1,5 +1,5 @@
 # Demo part: the control plane, the outbox and the relay. (Sourced by demo/run.)
-step "configuring a topic, a destination and a subscription with SQL"
+demo_step "configuring a topic, a destination and a subscription with SQL"
 psql -X -q -v ON_ERROR_STOP=1 -v dest="$DEST_URL/orders" <<'SQL'
 CREATE EXTENSION IF NOT EXISTS wal_delivery;
 -- One local broker: the retry and DLQ topics cannot have 3 replicas here.
@@ -8,11 +8,13 @@ INSERT INTO wal_delivery.topics (name, partitions, replication_factor, min_insyn
 VALUES ('orders.events', 1, 1, 1);
 INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('sample-destination', :'dest');
 INSERT INTO wal_delivery.subscriptions (topic, destination) VALUES ('orders.events', 'sample-destination');
+-- The workers log in as this role: a member of wal_delivery_admin, never a superuser.
+CREATE ROLE wal_worker LOGIN IN ROLE wal_delivery_admin;
 SELECT name, acks, partitions, retention FROM wal_delivery.topics;
 SELECT topic, destination FROM wal_delivery.subscriptions;
 SQL
 
-step "enqueueing sample records inside application transactions (one rolls back)"
+demo_step "enqueueing sample records inside application transactions (one rolls back)"
 psql -X -q -v ON_ERROR_STOP=1 <<'SQL'
 CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, amount numeric);
 BEGIN;
@@ -33,7 +35,7 @@ ROLLBACK;
 SELECT wal_enqueue('orders.events', '{"order_id": 1, "event": "created"}'::jsonb, 'order-1-created') AS same_outbox_id;
 SQL
 
-step "the relay ships committed records to Kafka; a row is stored once Kafka acknowledged it"
+demo_step "the relay ships committed records to Kafka; a row is stored once Kafka acknowledged it"
 for _ in $(seq 1 150); do
   [ "$(psql -X -A -t -c "SELECT count(*) FROM wal_delivery.outbox WHERE state <> 'stored'")" = 0 ] && break
   sleep 0.2
@@ -45,6 +47,6 @@ SELECT topic, role, partitions, ready FROM wal_delivery.reconcile_status ORDER B
 SELECT version, published_version, in_sync FROM wal_delivery.config_status;
 SQL
 
-step "reading topic orders.events back from Kafka with kcat"
+demo_step "reading topic orders.events back from Kafka with kcat"
 kcat -C -b "$KAFKA_BOOTSTRAP" -t orders.events -o beginning -e -q \
   -f 'offset=%o key=%k headers=%h\n  value=%s\n'

@@ -1,14 +1,15 @@
 # Demo part: a failed delivery is retried by wal-worker retry; dead letters land in SQL.
 # (Sourced by demo/run.) The retry worker runs at --time-scale 10: step 1 waits 1 s.
-step "starting wal-worker retry and wal-worker dlq (time scale 10: retry step 1 waits 1 s)"
-bin/wal-worker retry --time-scale 10 -X "bootstrap.servers=$KAFKA_BOOTSTRAP" \
-  >"$WAL_ENV_DIR/retry.log" 2>&1 &
-tests/env track retry $!
-bin/wal-worker dlq -X "bootstrap.servers=$KAFKA_BOOTSTRAP" >"$WAL_ENV_DIR/dlq.log" 2>&1 &
-tests/env track dlq $!
+demo_step "starting wal-worker retry and wal-worker dlq (time scale 10: retry step 1 waits 1 s)"
+start_in_background retry "$WAL_ENV_DIR/retry.log" \
+  bin/wal-worker retry --db "$WORKER_DB" --admin-port 0 --time-scale 10 -X "bootstrap.servers=$KAFKA_BOOTSTRAP"
+start_in_background dlq "$WAL_ENV_DIR/dlq.log" \
+  bin/wal-worker dlq --db "$WORKER_DB" --admin-port 0 -X "bootstrap.servers=$KAFKA_BOOTSTRAP"
+ADMIN_PORTS[retry]=$(admin_port_of "$WAL_ENV_DIR/retry.log")
+ADMIN_PORTS[dlq]=$(admin_port_of "$WAL_ENV_DIR/dlq.log")
 sleep 3 # both join their consumer groups
 
-step "the sample destination answers 503 once, then 400 for a refund: a retry and a dead letter"
+demo_step "the sample destination answers 503 once, then 400 for a refund: a retry and a dead letter"
 curl -s -X POST "$DEST_URL/_control/behaviour" -d '{"path": "/orders", "status": 503, "times": 1}' >/dev/null
 psql -X -q -v ON_ERROR_STOP=1 -c \
   "SELECT wal_enqueue('orders.events', '{\"order_id\": 4, \"event\": \"created\"}'::jsonb, 'order-4-created')" >/dev/null
