@@ -152,15 +152,18 @@ def connect_when_ready(timeout=60):
 
 
 def wait_new_relay(old_pids, timeout=60):
-    """Waits until a relay other than old_pids runs (the postmaster restarted it)."""
+    """Waits until a relay other than old_pids runs (the postmaster restarted it). A
+    connection made just before the crash restart is cut by it: that try just fails."""
+    import psycopg
+
     def new_pids():
-        conn = connect_when_ready(timeout)
         try:
-            pids = relay_pids(conn)
-        finally:
-            conn.close()
+            with connect() as conn:
+                pids = relay_pids(conn)
+        except psycopg.Error:
+            return None
         return pids if pids and not set(pids) & set(old_pids) else None
-    return wait_until(new_pids, timeout, what="a new relay after the restart")
+    return wait_until(new_pids, timeout, interval=0.3, what="a new relay after the restart")
 
 
 def report(line):

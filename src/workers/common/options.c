@@ -190,12 +190,10 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				if (opts->n_kafka_props == MAX_KAFKA_PROPS)
 					return usage_error(role, "too many -X properties (at most 64), at '%s'",
 									   optarg);
-				/* A copy of the name: cutting argv in place would show "-X a b" in ps. */
-				char *name = strndup(optarg, (size_t) (eq - optarg));
-
-				if (name == NULL)
-					return usage_error(role, "out of memory at '%s'", optarg);
-				opts->kafka_props[opts->n_kafka_props].name = name;
+				if ((size_t) (eq - optarg) >= MAX_KAFKA_PROP_NAME)
+					return usage_error(role, "-X property name too long, at '%s'", optarg);
+				memcpy(opts->kafka_props[opts->n_kafka_props].name, optarg, (size_t) (eq - optarg));
+				opts->kafka_props[opts->n_kafka_props].name[eq - optarg] = '\0';
 				opts->kafka_props[opts->n_kafka_props].value = eq + 1;
 				opts->n_kafka_props++;
 				break;

@@ -12,10 +12,13 @@
 #define MAX_KAFKA_PROPS 64
 #define MAX_PEERS       16
 
+/* librdkafka's property names are short; a longer -X name is refused. */
+#define MAX_KAFKA_PROP_NAME 128
+
 typedef struct
 {
-	const char *name;
-	const char *value;
+	char name[MAX_KAFKA_PROP_NAME]; /* a copy: argv stays as typed, so ps shows it */
+	const char *value;              /* in argv */
 } kafka_prop;
 
 typedef struct

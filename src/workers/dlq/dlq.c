@@ -209,7 +209,7 @@ on_replayed(void *opaque, void *arg)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		log_error("event=complete_replay_failed id=%s error=\"%s\" msg=\"it will be replayed "
 				  "again\"",
-				  text, strtok(PQerrorMessage(st->db), "\n"));
+				  text, st->db ? PQerrorMessage(st->db) : "no connection");
 	else
 	{
 		metric_add(st->replayed, 1, NULL);
@@ -231,7 +231,7 @@ replay_requested(dlq_state *st)
 	res = PQexec(st->db, "SELECT id, topic, idempotency_key, destination, outbox_id, "
 						 "content_type, payload FROM wal_delivery.dead_letters_to_replay(100)");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		log_error("event=replay_query_failed error=\"%s\"", strtok(PQerrorMessage(st->db), "\n"));
+		log_error("event=replay_query_failed error=\"%s\"", PQerrorMessage(st->db));
 	for (int r = 0; PQresultStatus(res) == PGRES_TUPLES_OK && r < PQntuples(res); r++)
 	{
 		int64_t id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
