@@ -2,10 +2,12 @@
 #
 # The demo's state directory: one per checkout (like tests/env's, but its own, so a demo
 # never stops the checkout's test environment); WAL_ENV_DIR overrides it. Ports are free
-# ones, picked at start. $WAL_ENV_DIR/demo.pid marks a directory as the demo's and holds
-# the pid of the demo/run that follows it.
+# ones, picked at start. $WAL_ENV_DIR/demo marks a directory as the demo's; the pid of the
+# demo/run that is running for it is in $WAL_ENV_DIR.pid, beside it, from its first step
+# on (tests/env up recreates the directory).
 export WAL_ENV_DIR=${WAL_ENV_DIR:-/tmp/wal_delivery-demo-$(printf %s "$PWD" | sha256sum | cut -c1-8)}
-DEMO_PID_FILE=$WAL_ENV_DIR/demo.pid
+DEMO_MARKER=$WAL_ENV_DIR/demo
+DEMO_PID_FILE=$WAL_ENV_DIR.pid
 
 # Bold headings on a terminal only, and not when NO_COLOR is set (no-color.org).
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then
@@ -16,7 +18,8 @@ fi
 
 demo_die() { echo "demo: $*" >&2; exit 1; }
 
-# demo_run_pid: the pid of the demo/run that follows this state directory, if it runs.
+# demo_run_pid: the pid of the demo/run of this state directory, if it runs (a zombie
+# its parent has not reaped yet does not).
 demo_run_pid() {
   local pid
   pid=$(cat "$DEMO_PID_FILE" 2>/dev/null) || return 1
@@ -26,7 +29,7 @@ demo_run_pid() {
 # An environment in WAL_ENV_DIR that the demo did not start (a test environment, say)
 # is never the demo's to stop.
 demo_refuse_foreign_env() {
-  if [ -f "$WAL_ENV_DIR/env.sh" ] && [ ! -f "$DEMO_PID_FILE" ]; then
+  if [ -f "$WAL_ENV_DIR/env.sh" ] && [ ! -f "$DEMO_MARKER" ]; then
     demo_die "$WAL_ENV_DIR holds an environment the demo did not start (tests/env's?); unset WAL_ENV_DIR or point it elsewhere"
   fi
 }

@@ -79,7 +79,7 @@ class Demo:
     def assert_gone(self):
         left = self.processes()
         assert not left, f"processes of the demo left behind: {left}"
-        assert not os.path.exists(self.env_dir)
+        assert not os.path.exists(self.env_dir) and not os.path.exists(self.env_dir + ".pid")
 
     def clean_up(self):
         if self.proc.poll() is None:
