@@ -84,6 +84,7 @@ typedef struct FailingTopic
 	int delay_ms;
 	TimestampTz retry_at;
 	uint64 failed_in_pass;
+	uint64 first_failed_in_pass; /* the pass that started its failing streak */
 } FailingTopic;
 
 #define MAX_FAILING_TOPICS 256
@@ -244,6 +245,7 @@ topic_failed(const char *name)
 		strlcpy(t->name, name, sizeof(t->name));
 		t->delay_ms = 0;
 		t->failed_in_pass = 0;
+		t->first_failed_in_pass = pass_number;
 	}
 	if (t->failed_in_pass == pass_number)
 		return;
@@ -325,9 +327,10 @@ typedef struct ClaimedRows
 	SPITupleTable *tt;
 	KafkaDelivery *deliveries;
 	RowFate *fate;
-	int64 *stored;   /* persisted: mark stored */
-	int64 *deferred; /* not persisted: try again when the topic is due */
-	Datum *deferred_reasons;
+	int64 *stored; /* persisted: mark stored */
+	int64 *noted;  /* not persisted, first in its topic's failing streak: note why */
+	Datum *noted_reasons;
+	int n_noted;
 	int64 *waiting;            /* topic not in Kafka: wait for it */
 	const char *waiting_topic; /* the first waiting row's, and why */
 	const char *waiting_reason;
@@ -342,9 +345,10 @@ init_claimed_rows(ClaimedRows *rows)
 	rows->tt = SPI_tuptable;
 	rows->deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
 	rows->stored = palloc(sizeof(int64) * Max(n, 1));
-	rows->deferred = palloc(sizeof(int64) * Max(n, 1));
+	rows->noted = palloc(sizeof(int64) * Max(n, 1));
 	rows->fate = palloc0(sizeof(RowFate) * Max(n, 1));
-	rows->deferred_reasons = palloc(sizeof(Datum) * Max(n, 1));
+	rows->noted_reasons = palloc(sizeof(Datum) * Max(n, 1));
+	rows->n_noted = 0;
 	rows->waiting = palloc(sizeof(int64) * Max(n, 1));
 	rows->waiting_topic = rows->waiting_reason = NULL;
 }
@@ -422,7 +426,12 @@ mark_unshippable(int64 outbox_id, const char *reason)
 	spi_exec_or_fail("SELECT wal_delivery.mark_unshippable($1, $2)", 2, types, values);
 }
 
-/* A row Kafka did not take this time: its topic is passed over for a while. */
+/*
+ * A row Kafka did not take this time: its topic is passed over for a while. Only the
+ * rows of the pass that starts a topic's failing streak get the reason written: a write
+ * moves a row behind its equals in the claim's order, so writing on every try would reach
+ * row after row of a long backlog.
+ */
 static void
 defer_row(ClaimedRows *rows, int i, PassResult *result)
 {
@@ -431,11 +440,16 @@ defer_row(ClaimedRows *rows, int i, PassResult *result)
 	const char *why = d->err != RD_KAFKA_RESP_ERR_NO_ERROR
 						  ? rd_kafka_err2str(d->err)
 						  : "Kafka reported the record as possibly persisted";
+	FailingTopic *t = find_failing_topic(topic);
 
+	if (t == NULL || t->first_failed_in_pass == pass_number)
+	{
+		rows->noted_reasons[rows->n_noted] =
+			CStringGetTextDatum(psprintf("Kafka did not take the record: %s", why));
+		rows->noted[rows->n_noted++] = d->outbox_id;
+	}
 	topic_failed(topic);
-	rows->deferred_reasons[result->deferred] =
-		CStringGetTextDatum(psprintf("Kafka did not take the record: %s", why));
-	rows->deferred[result->deferred++] = d->outbox_id;
+	result->deferred++;
 	if (result->reason == NULL)
 	{
 		result->reason = psprintf("%s (topic \"%s\")", why, topic);
@@ -504,7 +518,7 @@ log_waiting_topic(const char *topic, const char *reason)
 
 /*
  * One statement per kind: waiting (once, until the topic exists), stored, and the
- * reason of the deferred (written only when it changed; their place in line is kept).
+ * reason of the deferred that start a failing streak (their place in line is kept).
  */
 static void
 write_sorted_rows(const ClaimedRows *rows, const PassResult *result)
@@ -524,11 +538,11 @@ write_sorted_rows(const ClaimedRows *rows, const PassResult *result)
 
 		spi_exec_or_fail("SELECT wal_delivery.mark_stored($1)", 1, types, values);
 	}
-	if (result->deferred > 0)
+	if (rows->n_noted > 0)
 	{
 		Oid types[2] = {INT8ARRAYOID, TEXTARRAYOID};
-		Datum values[2] = {int8_array(rows->deferred, result->deferred),
-						   PointerGetDatum(construct_array(rows->deferred_reasons, result->deferred,
+		Datum values[2] = {int8_array(rows->noted, rows->n_noted),
+						   PointerGetDatum(construct_array(rows->noted_reasons, rows->n_noted,
 														   TEXTOID, -1, false, TYPALIGN_INT))};
 
 		spi_exec_or_fail("SELECT wal_delivery.note_shipping_failures($1, $2)", 2, types, values);
@@ -676,9 +690,11 @@ wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
 	}
 	if (pass->deferred > 0 && pass->stored == 0)
 	{
-		enter_state(
-			pass->kafka_down ? RELAY_KAFKA_DOWN : RELAY_KAFKA_REFUSING,
-			psprintf("%s; the records wait in the outbox and are tried again.", pass->reason));
+		/* Said once: timeouts and refusals take turns while brokers are down. */
+		if (relay_state != RELAY_KAFKA_DOWN && relay_state != RELAY_KAFKA_REFUSING)
+			enter_state(
+				pass->kafka_down ? RELAY_KAFKA_DOWN : RELAY_KAFKA_REFUSING,
+				psprintf("%s; the records wait in the outbox and are tried again.", pass->reason));
 		*backoff_ms = *backoff_ms ? Min(*backoff_ms * 2, relay_max_backoff_ms) : 1000;
 		return *backoff_ms;
 	}

@@ -1,0 +1,125 @@
+"""Cluster conditions on a real 3-broker cluster are not the records' fault: a topic Kafka
+cannot create (a replication factor above the brokers) holds only its own records, which
+wait in the outbox and ship once the topic exists; with two of three brokers killed (below
+min.insync.replicas, no controller quorum, AlterConfigs timing out) a topic that exists
+stays shippable, its waiting rows are not rewritten (measured in WAL), the relay backs off
+and says why once, and everything ships when the brokers are back. One module, one
+cluster: `tests/env up --brokers 3` is slow."""
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import env_cmd
+from relay_helpers import make_topic, read_topic, report, states, wait_until
+
+ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    env_dir = f"/tmp/wal_delivery-test-{uuid.uuid4().hex[:8]}"
+    out = env_cmd("up", "--brokers", "3", env_dir=env_dir)
+    settings = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
+    settings = {k: v.strip("'") for k, v in settings.items()}
+    try:
+        yield env_dir, settings
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
+
+
+def connect_to(settings):
+    return psycopg.connect(host=settings["PGHOST"], port=settings["PGPORT"], user="postgres",
+                           dbname="wal_delivery", autocommit=True)
+
+
+def status(conn, topic):
+    return conn.execute("SELECT in_kafka, ready, error, records_waiting FROM wal_delivery.reconcile_status"
+                        " WHERE topic = %s", (topic,)).fetchone()
+
+
+def in_sync(conn):
+    return conn.execute("SELECT in_sync FROM wal_delivery.config_status").fetchone()[0]
+
+
+def enqueue_many(conn, topic, prefix, n):
+    for start in range(0, n, 5000):
+        keys = [f"{prefix}-{i}" for i in range(start, min(start + 5000, n))]
+        conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, keys, keys))
+
+
+def wal_bytes_since(conn, lsn):
+    return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
+
+
+def test_cluster_conditions_hold_records_without_killing_or_rewriting_them(cluster):
+    env_dir, settings = cluster
+    log = Path(env_dir, "pglog", "postgres.log")
+    with connect_to(settings) as conn:
+        conn.execute("CREATE EXTENSION wal_delivery")  # retry steps and DLQ: RF 3, min ISR 2
+        make_topic(conn, "cc.ok", partitions=3, replication_factor=3, min_insync_replicas=2)
+        make_topic(conn, "cc.rf4", replication_factor=4, min_insync_replicas=2)  # 3 brokers
+        conn.execute("SELECT wal_enqueue(%s, 'early'::text, 'early')", ("cc.rf4",))
+
+        # The topic Kafka cannot create is reported and holds only its own record.
+        found = wait_until(lambda: (s := status(conn, "cc.rf4")) and s[2] and s, 60,
+                           what="the reconciler to report cc.rf4")
+        assert found[0] is False and "3 brokers up" in found[2], found
+        wait_until(lambda: in_sync(conn), 60, what="publishing despite cc.rf4")
+        enqueue_many(conn, "cc.ok", "before", 1000)
+        wait_until(lambda: states(conn, "cc.ok") == {"stored": 1000}, 60, what="cc.ok to ship")
+        wait_until(lambda: status(conn, "cc.rf4")[3] == 1, 30, what="cc.rf4's record to wait")
+        assert states(conn, "cc.rf4") == {"pending": 1}
+
+        # Two of three brokers gone: below min.insync.replicas and without a controller.
+        env_cmd("kafka-kill", "2", env_dir=env_dir)
+        env_cmd("kafka-kill", "3", env_dir=env_dir)
+        log_from = log.stat().st_size
+        enqueue_many(conn, "cc.ok", "during", ROWS)
+        # A config change makes the reconciler try AlterConfigs, which cannot finish now.
+        conn.execute("UPDATE wal_delivery.topics SET retention = '3 days' WHERE name = 'cc.ok'")
+        wait_until(lambda: (s := status(conn, "cc.ok")) and not s[1] and s[2], 90,
+                   what="the reconciler to fail on cc.ok's config")
+        assert status(conn, "cc.ok")[0] is True, "a topic that exists must stay shippable"
+        time.sleep(15)  # the relay's first attempts time out and it backs off
+
+        lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        time.sleep(30)
+        wal = wal_bytes_since(conn, lsn)
+        written = conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = 'cc.ok'"
+                               " AND state = 'pending' AND last_error IS NOT NULL").fetchone()[0]
+        pending = states(conn, "cc.ok").get("pending", 0)
+        outage_log = log.read_text(errors="replace")[log_from:]
+        report(f"3 brokers, 2 killed: {pending} rows waiting, {wal} bytes of WAL in 30 s, "
+               f"{written} rows given a reason")
+        assert pending == ROWS
+        assert states(conn, "cc.ok")["stored"] == 1000
+        # Before: every pending row rewritten about once a second (~70 MB per 10 s here).
+        assert wal < 2_000_000, f"{wal} bytes of WAL in 30 s while {pending} rows waited"
+        assert written <= 500, "rows beyond the relay's first batch were rewritten"
+        assert "wal_delivery relay: shipping" not in outage_log
+        refusals = [line for line in outage_log.splitlines()
+                    if "wal_delivery relay: Kafka unreachable" in line
+                    or "wal_delivery relay: Kafka does not take records" in line]
+        assert 1 <= len(refusals) <= 2, refusals  # said once per change of state
+        assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters").fetchone()[0] == 0
+
+        # Together: each start waits until all three brokers are registered.
+        starts = [threading.Thread(target=env_cmd, args=("kafka-start", n), kwargs={"env_dir": env_dir})
+                  for n in ("2", "3")]
+        for t in starts:
+            t.start()
+        for t in starts:
+            t.join()
+        wait_until(lambda: states(conn, "cc.ok") == {"stored": 1000 + ROWS}, 300,
+                   what=f"every record stored after the brokers came back (now {states(conn, 'cc.ok')})")
+        wait_until(lambda: status(conn, "cc.ok")[1], 120, what="cc.ok's config to be applied")
+
+        # cc.rf4 still cannot exist; once its replication factor fits, its record ships.
+        assert states(conn, "cc.rf4") == {"pending": 1}
+        conn.execute("UPDATE wal_delivery.topics SET replication_factor = 3 WHERE name = 'cc.rf4'")
+        wait_until(lambda: states(conn, "cc.rf4") == {"stored": 1}, 90, what="cc.rf4's record to ship")
+    assert set(read_topic(settings["KAFKA_BOOTSTRAP"], "cc.rf4", ["early"])) == {"early"}
