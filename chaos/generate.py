@@ -275,7 +275,7 @@ def main():
                       args.seed * 1000 + i, stop) for i in range(args.clients)]
     https = [HttpClient(f"h{i}", args.ingest, args.token, topics, args.http_rate / args.http_clients,
                         args.out, args.seed * 1000 + 500 + i, stop)
-             for i in range(args.http_clients if args.ingest else 0)]
+             for i in range(args.http_clients if args.ingest and args.http_rate > 0 else 0)]
     for c in clients + https:
         c.start()
     while not stop.is_set():

@@ -45,7 +45,7 @@ def shade(ax, R, legend=False):
     ax.axvline(R.load_end - R.t0, color="black", lw=0.8, ls="--")
     if legend:
         handles = [Patch(color=c, alpha=0.3, label=k) for k, c in FAULT_COLOURS.items()]
-        ax.legend(handles=handles, loc="upper left", fontsize=7, ncol=5, framealpha=0.8)
+        ax.add_artist(ax.legend(handles=handles, loc="upper left", fontsize=7, ncol=5, framealpha=0.8))
 
 
 def per_second(times, t0, width=1.0):
@@ -59,18 +59,21 @@ def per_second(times, t0, width=1.0):
 
 
 def fig_records(R, out):
-    fig, ax = plt.subplots(figsize=(12, 3.2))
+    fig, ax = plt.subplots(figsize=(12, 3.6))
     by_topic = defaultdict(list)
     for rec, t in R.acked.items():
         by_topic[rec[0]].append(t)
     for topic, ts in sorted(by_topic.items()):
         ax.plot(*per_second(ts, R.t0, 2.0), lw=1, label=f"{topic} acknowledged")
+    http = [t for rec, t in R.acked.items() if R.ledger[rec]["client"].startswith("h")]
+    if http:
+        ax.plot(*per_second(http, R.t0, 2.0), lw=1, color="grey", ls="--", label="of which HTTP (ingest 201/202)")
     undone = [R.ledger[r]["s"] for r in R.undone]
     ax.plot(*per_second(undone, R.t0, 2.0), lw=1, color="black", ls=":", label="rolled back / failed")
-    shade(ax, R, legend=False)
+    shade(ax, R, legend=True)
     ax.set_ylabel("records/s")
     ax.set_xlabel("s since load start (green: end of calm start, dashed: load stops)")
-    ax.set_title("Records in (COMMIT returned), per topic")
+    ax.set_title("Records in (acknowledged: COMMIT returned, or ingest answered 2xx), per topic")
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(out / "records.png", dpi=90)

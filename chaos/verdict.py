@@ -256,15 +256,23 @@ def judge(d):
                         + (f"; wrong: {', '.join(bad_proc[:5])}" if bad_proc else "")))
 
     # ---- duplicates per destination (at least once: counted, not failed)
-    dups = {}
+    dups, near = {}, 0
     for dest, rs in R.receipts.items():
-        n_ok = sum(1 for r in rs if r.get("s") is not None and 200 <= r["s"] < 300)
-        dups[dest] = n_ok - len(R.ok[dest])
+        firsts = set()
+        dups[dest] = 0
+        for r in rs:
+            if r.get("s") is None or not 200 <= r["s"] < 300:
+                continue
+            if r["rec"] in firsts:
+                dups[dest] += 1
+                near += R.infra_near(r["at"])
+            firsts.add(r["rec"])
         per_dest[dest]["duplicates"] = dups[dest]
         per_dest[dest]["requests"] = len(rs)
     total_ok = sum(len(v) for v in R.ok.values())
     checks.append(check("duplicates", True,
-                        f"{sum(dups.values())} duplicate deliveries over {total_ok} records delivered: "
+                        f"{sum(dups.values())} duplicate deliveries over {total_ok} records delivered"
+                        f" ({near} within {INFRA_AFTER:g}s of an infrastructure fault): "
                         + ", ".join(f"{d} {n} ({100 * n / max(1, len(R.ok[d])):.1f}%)" for d, n in dups.items())))
 
     # ---- a paused destination receives only probes, at most one per probe interval
