@@ -157,6 +157,7 @@ SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoin
 SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, retry_delays) VALUES ('k-d', 'http://x/', '{1 day,2 days,12 days}')$$);
 SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, probe_interval) VALUES ('k-d', 'http://x/', '500 milliseconds')$$);
 SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, probe_interval) VALUES ('k-d', 'http://x/', '2 days')$$);
+SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, pause_after_failures) VALUES ('k-d', 'http://x/', 1000001)$$);
 SELECT * FROM regress.try($$INSERT INTO wal_delivery.destinations (name, endpoint, headers, retry_delays, retry_jitter)
                             VALUES ('k-d', 'https://[::1]:8443/hooks?x=%20', '{"Authorization": "Bearer x", "X-Team": "b"}', '{1 day,2 days,12 days}', 0)$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_dlq_retention = '12 days'$$);

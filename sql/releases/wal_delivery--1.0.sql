@@ -577,8 +577,9 @@ BEGIN
                 NEW.name, retention, wal_delivery.longest_retry_wait(NEW.retry_delays, NEW.retry_jitter)),
             NEW.retry_delays::text, 'Kafka would delete a retry message before it is due. Shorten the delays or raise settings.retry_dlq_retention.');
     END IF;
-    IF NEW.pause_after_failures IS NULL OR NEW.pause_after_failures < 1 THEN
-        PERFORM wal_delivery.refuse_setting(format('pause_after_failures of destination "%s" must be at least 1', NEW.name), NEW.pause_after_failures::text, 'The default is 20.');
+    IF NEW.pause_after_failures IS NULL OR NEW.pause_after_failures NOT BETWEEN 1 AND 1000000 THEN
+        PERFORM wal_delivery.refuse_setting(format('pause_after_failures of destination "%s" must be between 1 and 1000000', NEW.name), NEW.pause_after_failures::text,
+            'The default is 20. The retry workers count consecutive failures up to it, and a larger count would overflow.');
     END IF;
     IF NEW.probe_interval IS NULL OR NEW.probe_interval NOT BETWEEN interval '1 second' AND interval '1 day' THEN
         PERFORM wal_delivery.refuse_setting(format('probe_interval of destination "%s" must be between 1 second and 1 day', NEW.name), NEW.probe_interval::text,
