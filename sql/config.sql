@@ -174,3 +174,22 @@ DELETE FROM wal_delivery.destinations WHERE name = 'k-d';
 DELETE FROM wal_delivery.topics;
 DROP OWNED BY regress_config_admin;
 DROP ROLE regress_config_admin;
+
+-- A topic may allow 1000 processing attempts: the attempts counter (a smallint) stays far
+-- from its limit, and the backoff it doubles stops growing at its 5-minute cap instead of
+-- overflowing (an interval of 2^44 seconds was out of range: the 45th failure raised).
+INSERT INTO wal_delivery.topics (name, processor_kind, processor, processing_max_attempts)
+VALUES ('k.many', 'sql', 'regress.upper_payload', 1000);
+SELECT wal_enqueue('k.many', '{}'::jsonb, 'many') IS NOT NULL AS enqueued;
+CREATE TEMP TABLE many AS SELECT id, lease_token FROM wal_delivery.claim_ready_to_process(1);
+UPDATE wal_delivery.outbox SET attempts = 999 WHERE id = (SELECT id FROM many);
+SELECT wal_delivery.fail_processing((SELECT id FROM many), (SELECT lease_token FROM many), 'failed again') AS after_999;
+SELECT attempts, available_at - now() BETWEEN interval '4 minutes 59 seconds' AND interval '5 minutes' AS backoff_at_cap
+  FROM wal_delivery.outbox WHERE id = (SELECT id FROM many);
+UPDATE wal_delivery.outbox SET available_at = now() WHERE id = (SELECT id FROM many);
+CREATE TEMP TABLE last AS SELECT id, lease_token, attempts FROM wal_delivery.claim_ready_to_process(1);
+SELECT attempts, wal_delivery.fail_processing(id, lease_token, 'failed for good') AS after_1000 FROM last;
+SELECT origin, attempts, last_error FROM wal_delivery.dead_letters WHERE topic = 'k.many';
+DELETE FROM wal_delivery.dead_letters WHERE topic = 'k.many';
+DELETE FROM wal_delivery.outbox WHERE topic = 'k.many';
+DELETE FROM wal_delivery.topics WHERE name = 'k.many';

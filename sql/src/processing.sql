@@ -208,10 +208,12 @@ BEGIN
         PERFORM wal_delivery.bury_row(p_id, 'processing', coalesce(p_error, 'processing failed'));
         RETURN 'dead';
     END IF;
-    -- Exponential backoff from the topic's processing_backoff, capped at 5 minutes.
+    -- Exponential backoff from the topic's processing_backoff, capped at 5 minutes. The
+    -- doubling stops at 2^30, past the cap for any backoff of a microsecond or more: 2^44
+    -- times a second is out of interval's range.
     UPDATE wal_delivery.outbox
        SET state = 'pending', lease_until = NULL, last_error = coalesce(p_error, 'processing failed'),
-           available_at = now() + least(r.backoff * power(2, r.attempts - 1), interval '5 minutes')
+           available_at = now() + least(r.backoff * power(2, least(r.attempts, 31) - 1), interval '5 minutes')
      WHERE id = p_id;
     RETURN 'pending';
 END $$;
