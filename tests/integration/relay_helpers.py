@@ -37,6 +37,15 @@ def wait_all_stored(conn, topic, count, timeout=90):
                       what=f"{count} stored rows of {topic} (now {states(conn, topic)})")
 
 
+def decoded_headers(msg):
+    """A message's headers as text (the first value of each name, as the workers read
+    them); bytes that are not UTF-8 are kept as escapes."""
+    headers = {}
+    for k, v in msg.headers() or []:
+        headers.setdefault(k, (v or b"").decode("utf-8", "backslashreplace"))
+    return headers
+
+
 def read_topic(bootstrap, topic, expect_keys, timeout=60):
     """Reads topic from the start until every key in expect_keys was seen; returns
     {idempotency key: [messages]} (duplicates are allowed: delivery is at least once)."""
@@ -50,17 +59,19 @@ def read_topic(bootstrap, topic, expect_keys, timeout=60):
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            headers = {k: v.decode() for k, v in msg.headers() or []}
-            seen.setdefault(headers["idempotency-key"], []).append(
-                {"value": msg.value(), "key": msg.key(), "headers": headers})
+            headers = decoded_headers(msg)
+            if "idempotency-key" in headers:  # other tests' messages may lack it
+                seen.setdefault(headers["idempotency-key"], []).append(
+                    {"value": msg.value(), "key": msg.key(), "headers": headers})
         # Read a little longer so unexpected extra records show up too.
         end = time.time() + 1.0
         while time.time() < end:
             msg = consumer.poll(0.2)
             if msg is not None and not msg.error():
-                headers = {k: v.decode() for k, v in msg.headers() or []}
-                seen.setdefault(headers["idempotency-key"], []).append(
-                    {"value": msg.value(), "key": msg.key(), "headers": headers})
+                headers = decoded_headers(msg)
+                if "idempotency-key" in headers:
+                    seen.setdefault(headers["idempotency-key"], []).append(
+                        {"value": msg.value(), "key": msg.key(), "headers": headers})
     finally:
         consumer.close()
     return seen
