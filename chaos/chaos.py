@@ -762,6 +762,43 @@ def drain(env, sampler, timeout):
     return {"start": start, "end": time.time(), "drained": streak >= 3, "last": last}
 
 
+def diagnose(env, out):
+    """When the backlogs did not drain: what is stuck, and who should be moving it."""
+    db = out / "db"
+    db.mkdir(exist_ok=True)
+    with env.connect_when_ready(timeout=60) as conn:
+        def q(sql):
+            cur = conn.execute(sql)
+            return [dict(zip([c.name for c in cur.description], r)) for r in cur.fetchall()]
+        info = {
+            "stuck": q("SELECT topic, state::text, count(*), min(created_at)::text AS oldest, max(attempts) AS attempts,"
+                       " max(last_error) AS last_error FROM wal_delivery.outbox WHERE state <> 'stored'"
+                       " AND state <> 'dead' GROUP BY 1, 2"),
+            "sample": q("SELECT * FROM wal_delivery.outbox WHERE state NOT IN ('stored', 'dead')"
+                        " ORDER BY id LIMIT 5"),
+            "activity": q("SELECT pid, backend_type, application_name, state, wait_event_type, wait_event,"
+                          " now() - xact_start AS xact_age, now() - state_change AS state_age,"
+                          " left(query, 300) AS query FROM pg_stat_activity WHERE datname = 'wal_delivery'"),
+            "reconcile_status": q("SELECT * FROM wal_delivery.reconcile_status"),
+            "config_version": q("SELECT * FROM wal_delivery.config_version"),
+            "locks": q("SELECT l.pid, l.locktype, l.mode, l.granted, c.relname FROM pg_locks l"
+                       " LEFT JOIN pg_class c ON c.oid = l.relation WHERE NOT l.granted"),
+        }
+    (db / "diagnosis.json").write_text(json.dumps(info, indent=1, default=str))
+    log(f"diagnosis (not drained): {json.dumps(info['stuck'], default=str)[:600]}")
+
+
+def keep_logs(env, out):
+    """The servers' logs, before tests/env down removes them."""
+    dest = out / "env"
+    dest.mkdir(exist_ok=True)
+    for src in [Path(env.dir, "pglog", "postgres.log")] + sorted(Path(env.dir, "kafka").glob("n*.log")):
+        try:
+            shutil.copy(src, dest / src.name)
+        except OSError:
+            pass
+
+
 def epoch(col):
     return f"extract(epoch FROM {col})::float8"
 
@@ -942,6 +979,11 @@ def main():
         run["drain"] = drain(env, sampler, drain_timeout)
         log(f"drain: {'done' if run['drain']['drained'] else 'NOT DONE'} after "
             f"{run['drain']['end'] - run['drain']['start']:.1f} s")
+        if not run["drain"]["drained"]:
+            try:
+                diagnose(env, out)
+            except Exception as e:
+                log(f"diagnosis failed: {e}")
         sampler.close()
         run["lag_sampler_restarts"] = sampler.lag_restarts
         sup.stop_all()
@@ -980,6 +1022,7 @@ def main():
                 closer()
             except Exception as e:
                 log(f"clean-up: {e}")
+        keep_logs(env, out)
         if args.keep_env:
             log(f"environment kept: WAL_ENV_DIR={env.dir} tests/env down")
         else:

@@ -7,6 +7,7 @@ acknowledged record lost, nothing rolled back delivered, paused destinations pro
 healthy destinations' p99 unaffected, every backlog drained. Each check is one line."""
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from relay_helpers import report
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_short_chaos_run_passes_every_check(tmp_path):
-    out = tmp_path / "chaos"
+def test_short_chaos_run_passes_every_check():
+    # Beside the suite's other output (tests/run keeps .cache/test-output), so the run's
+    # records, logs and report survive a failure.
+    out = ROOT / ".cache" / "test-output" / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     env_dir = f"/tmp/wal_delivery-chaos-{uuid.uuid4().hex[:8]}"  # its own environment
     env = {k: v for k, v in os.environ.items() if k not in ("WAL_ENV_DIR",)}
     try:
@@ -31,8 +34,9 @@ def test_short_chaos_run_passes_every_check(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
     for line in lines:
         report("chaos: " + line[:400])
-    assert lines, f"the chaos run printed no verdict (exit {proc.returncode})"
+    assert lines, f"the chaos run printed no verdict (exit {proc.returncode}; records in {out})"
     failed = [line for line in lines if line.startswith("FAIL ")]
-    assert not failed, "chaos checks failed:\n" + "\n".join(failed)
+    assert not failed, f"chaos checks failed (records, logs and report in {out}):\n" + "\n".join(failed)
     assert proc.returncode == 0
     assert (out / "report" / "index.html").exists()
+    report(f"chaos: report {out / 'report' / 'index.html'}")
