@@ -123,7 +123,8 @@ SELECT version, published_version, version = published_version AS in_sync, chang
 -- ==== sql/src/config/settings.sql
 
 -- Settings of the whole deployment: one row, created with the extension. The archive_*
--- settings and their checks belong to dead-letter archival (archive.sql).
+-- settings and their checks belong to dead-letter archival (archive.sql), processing_role
+-- and its check to processing (processing.sql).
 
 -- Columns keep the order in which they were added before 1.0 (SELECT * shows them so).
 CREATE TABLE wal_delivery.settings (
@@ -150,7 +151,9 @@ CREATE TABLE wal_delivery.settings (
     archive_batch_rows integer NOT NULL DEFAULT 10000,
     archive_batch_bytes integer NOT NULL DEFAULT 67108864,     -- uncompressed NDJSON
     archive_max_run_time interval NOT NULL DEFAULT '30 minutes',
-    archive_keeps_rows boolean NOT NULL DEFAULT false          -- true: mark archived, do not delete
+    archive_keeps_rows boolean NOT NULL DEFAULT false,         -- true: mark archived, do not delete
+    -- The role SQL processors run as (processing.sql checks it); never the worker's own.
+    processing_role text NOT NULL DEFAULT 'wal_delivery_processor'
 );
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
@@ -1735,7 +1738,10 @@ END $$;
 --                 token, or after the lease ran out, is refused
 --   outcome       what became of one claimed row: processed, failed (back to pending after
 --                 a backoff), dead (in dead_letters after the last attempt) or refused (the
---                 lease was lost or ran out before the result came: nothing was written)
+--                 lease was lost or ran out before the result came: nothing was written),
+--                 or released (given back unstarted, without spending an attempt)
+--   processing role  settings.processing_role: the role SQL processors run as (SET LOCAL
+--                 ROLE), never the worker's own; see run_sql_processor_row
 
 CREATE SEQUENCE wal_delivery.lease_token_seq;
 
@@ -1762,7 +1768,17 @@ BEGIN
     END IF;
 END $$;
 
--- Rows whose processing lease ran out go back to pending, or to dead after the last attempt.
+-- How long a row waits after its nth failed attempt: the topic's processing_backoff,
+-- doubled after each attempt, at most 5 minutes. The doubling stops at 2^30, past the cap
+-- for any backoff of a microsecond or more: 2^44 times a second is out of interval's range.
+CREATE FUNCTION wal_delivery.processing_retry_delay(p_backoff interval, p_attempts integer) RETURNS interval
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT least(p_backoff * power(2, least(greatest(p_attempts, 1), 31) - 1), interval '5 minutes')
+$$;
+
+-- Rows whose processing lease ran out go back to pending, or to dead after the last
+-- attempt. An expired lease is a failed attempt like any other, with the same backoff: a
+-- row whose processor hangs must not come straight back with the rows claimed next.
 CREATE FUNCTION wal_delivery.expire_processing_leases(p_max_rows integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1770,7 +1786,8 @@ DECLARE
     n integer := 0;
 BEGIN
     FOR r IN
-        SELECT o.id, o.attempts, t.processing_max_attempts AS max_attempts, o.lease_until
+        SELECT o.id, o.attempts, t.processing_max_attempts AS max_attempts, o.lease_until,
+               t.processing_backoff AS backoff
           FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
          WHERE o.state = 'processing' AND o.lease_until <= now()
          ORDER BY o.lease_until LIMIT p_max_rows
@@ -1781,7 +1798,8 @@ BEGIN
                 format('processing lease expired at %s on attempt %s of %s', r.lease_until, r.attempts, r.max_attempts));
         ELSE
             UPDATE wal_delivery.outbox
-               SET state = 'pending', lease_until = NULL, available_at = now(),
+               SET state = 'pending', lease_until = NULL,
+                   available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts),
                    last_error = format('processing lease expired at %s', r.lease_until)
              WHERE id = r.id;
         END IF;
@@ -1792,22 +1810,38 @@ END $$;
 
 -- The processing claim. Rows ready to process: each comes with a lease (the topic's
 -- processing_lease, or p_lease) and a fresh fencing token that the processor passes back
--- with its result.
-CREATE FUNCTION wal_delivery.claim_ready_to_process(p_max_rows integer DEFAULT 10, p_lease interval DEFAULT NULL)
+-- with its result. p_kind ('sql' or 'http') takes only rows of topics with that kind of
+-- processor, so a worker never makes one kind wait for the other.
+CREATE FUNCTION wal_delivery.claim_ready_to_process(p_max_rows integer DEFAULT 10, p_lease interval DEFAULT NULL,
+                                                    p_kind text DEFAULT NULL)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, content_type text, headers jsonb,
                payload bytea, attempts smallint, lease_token bigint, lease_until timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kind_topics text[];
 BEGIN
     IF p_lease IS NOT NULL AND p_lease <= interval '0' THEN
         RAISE EXCEPTION 'lease must be positive, got %', p_lease USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF p_kind IS NOT NULL AND p_kind NOT IN ('sql', 'http') THEN
+        RAISE EXCEPTION 'processor kind must be sql, http or NULL (both), got %', p_kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     PERFORM wal_delivery.expire_processing_leases();
+    IF p_kind IS NOT NULL THEN
+        -- Without a topic of that kind, do not walk the backlog of the other kind.
+        kind_topics := ARRAY(SELECT k.name FROM wal_delivery.topics k WHERE k.processor_kind = p_kind);
+        IF cardinality(kind_topics) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     RETURN QUERY
     WITH claimed AS (
         SELECT c.id FROM wal_delivery.outbox c
          WHERE c.state = 'pending' AND c.needs_processing AND c.available_at <= now()
+           AND (p_kind IS NULL OR c.topic = ANY (kind_topics))
          ORDER BY c.available_at LIMIT p_max_rows
-           FOR UPDATE SKIP LOCKED
+           FOR UPDATE OF c SKIP LOCKED
     )
     UPDATE wal_delivery.outbox o
        SET state = 'processing', attempts = o.attempts + 1,
@@ -1819,12 +1853,14 @@ BEGIN
               o.attempts, o.lease_token, o.lease_until;
 END $$;
 
--- Rows ready to process, each with its lease and its topic's processor. lease_ms_left is
--- measured by the database's clock, so the worker need not trust its own against it.
-CREATE FUNCTION wal_delivery.claim_for_processor(p_max_rows integer DEFAULT 100)
+-- Rows ready to process (of one kind of processor, or both), each with its lease and its
+-- topic's processor and limits. lease_ms_left is measured by the database's clock, so the
+-- worker need not trust its own against it.
+CREATE FUNCTION wal_delivery.claim_for_processor(p_max_rows integer DEFAULT 100, p_kind text DEFAULT NULL)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, content_type text, payload bytea,
                attempts smallint, lease_token bigint, lease_ms_left bigint,
-               processor_kind text, processor text, processing_timeout_ms bigint)
+               processor_kind text, processor text, processing_timeout_ms bigint,
+               processing_lease_ms bigint, max_payload_bytes integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_max_rows IS NULL OR p_max_rows < 1 THEN
@@ -1835,9 +1871,27 @@ BEGIN
     SELECT c.id, c.topic, c.idempotency_key, c.content_type, c.payload, c.attempts, c.lease_token,
            greatest(0, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000))::bigint,
            t.processor_kind, t.processor,
-           (extract(epoch FROM t.processing_timeout) * 1000)::bigint
-      FROM wal_delivery.claim_ready_to_process(p_max_rows) c
+           (extract(epoch FROM t.processing_timeout) * 1000)::bigint,
+           (extract(epoch FROM t.processing_lease) * 1000)::bigint, t.max_payload_bytes
+      FROM wal_delivery.claim_ready_to_process(p_max_rows, NULL, p_kind) c
       JOIN wal_delivery.topics t ON t.name = c.topic;
+END $$;
+
+-- Gives rows back without spending an attempt: rows a worker claimed but will not start
+-- (it is stopping, or its batch failed for a reason that was not theirs). Only rows the
+-- token still holds; returns how many.
+CREATE FUNCTION wal_delivery.release_processing_rows(p_ids bigint[], p_lease_tokens bigint[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE wal_delivery.outbox o
+       SET state = 'pending', attempts = greatest(o.attempts - 1, 0), lease_until = NULL,
+           available_at = now()
+      FROM unnest(p_ids, p_lease_tokens) AS x(id, token)
+     WHERE o.id = x.id AND o.state = 'processing' AND o.lease_token = x.token;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
 END $$;
 
 -- Locks a row its holder is about to finish and returns what finishing needs, or, when
@@ -1931,12 +1985,9 @@ BEGIN
         PERFORM wal_delivery.bury_row(p_id, 'processing', coalesce(p_error, 'processing failed'));
         RETURN 'dead';
     END IF;
-    -- Exponential backoff from the topic's processing_backoff, capped at 5 minutes. The
-    -- doubling stops at 2^30, past the cap for any backoff of a microsecond or more: 2^44
-    -- times a second is out of interval's range.
     UPDATE wal_delivery.outbox
        SET state = 'pending', lease_until = NULL, last_error = coalesce(p_error, 'processing failed'),
-           available_at = now() + least(r.backoff * power(2, least(r.attempts, 31) - 1), interval '5 minutes')
+           available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
      WHERE id = p_id;
     RETURN 'pending';
 END $$;
@@ -2058,110 +2109,218 @@ BEGIN
     END LOOP;
 END $$;
 
--- Stores the processed payloads of rows the caller holds, in one statement, and wakes the
--- relay. Returns the ids it stored; a row whose token or lease no longer holds is left
--- alone. The caller has checked each payload (processed_payload_problem).
-CREATE FUNCTION wal_delivery.complete_processing_batch(p_ids bigint[], p_lease_tokens bigint[], p_payloads bytea[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+------------------------------------------------------------------------------ SQL processors
+
+-- Why role p_role cannot be the processing role, or NULL when it can: it must exist, must
+-- not be a superuser or able to make itself one (CREATEROLE, or a member of a predefined
+-- role that reads or writes server files or runs programs), and the workers (members of
+-- wal_delivery_admin) must be able to SET ROLE to it.
+CREATE FUNCTION wal_delivery.processing_role_problem(p_role text) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_ids bigint[];
-    v_payloads bytea[];
+    r record;
 BEGIN
-    SELECT array_agg(h.id ORDER BY h.n), array_agg(p_payloads[h.n] ORDER BY h.n) INTO v_ids, v_payloads
-      FROM wal_delivery.hold_processing_rows(p_ids, p_lease_tokens)
-           WITH ORDINALITY AS h(id, lease_token, refusal, payload, content_type, processor_kind,
-                                processor, lease_until, max_payload_bytes, n)
-     WHERE h.refusal IS NULL AND p_payloads[h.n] IS NOT NULL;
-    IF v_ids IS NULL THEN
-        RETURN;
+    IF p_role IS NULL THEN
+        RETURN 'it is NULL';
     END IF;
-    RETURN QUERY
-    UPDATE wal_delivery.outbox o
-       SET state = 'processed', processed_payload = x.payload, lease_until = NULL,
-           available_at = now(), last_error = NULL
-      FROM unnest(v_ids, v_payloads) AS x(id, payload)
-     WHERE o.id = x.id
-    RETURNING o.id;
-    PERFORM wal_delivery.wake_relay_at_commit();
+    SELECT oid, rolsuper, rolcreaterole INTO r FROM pg_roles WHERE rolname = p_role;
+    IF NOT FOUND THEN
+        RETURN format('role "%s" does not exist', p_role);
+    ELSIF r.rolsuper THEN
+        RETURN format('role "%s" is a superuser', p_role);
+    ELSIF r.rolcreaterole THEN
+        RETURN format('role "%s" has CREATEROLE', p_role);
+    ELSIF pg_has_role(r.oid, 'pg_execute_server_program', 'MEMBER')
+          OR pg_has_role(r.oid, 'pg_write_server_files', 'MEMBER')
+          OR pg_has_role(r.oid, 'pg_read_server_files', 'MEMBER') THEN
+        RETURN format('role "%s" may read or write server files or run server programs', p_role);
+    ELSIF NOT pg_has_role('wal_delivery_admin', r.oid, 'MEMBER') THEN
+        RETURN format('wal_delivery_admin is not a member of role "%s", so the workers cannot SET ROLE to it', p_role);
+    END IF;
+    RETURN NULL;
 END $$;
 
--- Runs the SQL processor of each held row and finishes it. Not SECURITY DEFINER: the
--- topic's function runs with the worker's own rights, never the extension owner's. Each
--- function call is its own subtransaction, so a processor that raises fails only its own
--- row, and whatever it wrote is undone. A result that comes after the row's lease ran
--- out is refused, not written. Failures are written row by row, results all at once.
-CREATE FUNCTION wal_delivery.run_sql_processor(p_ids bigint[], p_lease_tokens bigint[])
-RETURNS TABLE (id bigint, outcome text, detail text)
+-- Refuses a processing_role that SQL processors must not run as (the other settings are
+-- checked in config/settings.sql and archive.sql).
+CREATE FUNCTION wal_delivery.check_processing_settings() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    problem text;
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.processing_role IS NOT DISTINCT FROM OLD.processing_role THEN
+        RETURN NEW;
+    END IF;
+    problem := wal_delivery.processing_role_problem(NEW.processing_role);
+    IF problem IS NOT NULL THEN
+        PERFORM wal_delivery.refuse_setting('processing_role must be a role SQL processors may run as: ' || problem,
+            NEW.processing_role,
+            'Use a plain NOLOGIN role that wal_delivery_admin is a member of, like the default wal_delivery_processor (GRANT my_role TO wal_delivery_admin), and grant it what the processors need.');
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER check_processing_settings BEFORE INSERT OR UPDATE ON wal_delivery.settings
+    FOR EACH ROW EXECUTE FUNCTION wal_delivery.check_processing_settings();
+
+-- Starts the attempt on one row its caller holds: locks it and, when the row has already
+-- waited (for other rows of its batch) more than a tenth of its lease or a second, starts
+-- the lease again from now, so a row never spends its lease waiting for another row's
+-- processor. Refused, without raising, when the token no longer holds the row or its
+-- lease ran out before the caller's transaction began; a caller that locked the row then
+-- (hold_processing_rows) keeps it, since nobody else can have taken it since.
+CREATE FUNCTION wal_delivery.start_processing_row(p_id bigint, p_lease_token bigint,
+    OUT refusal text, OUT payload bytea, OUT content_type text, OUT processor_kind text,
+    OUT processor text, OUT lease_until timestamptz, OUT max_payload_bytes integer,
+    OUT processing_role text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT o.state, o.lease_token, o.lease_until, o.payload, o.content_type, t.processor_kind, t.processor,
+           t.max_payload_bytes, t.processing_lease
+      INTO r
+      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+     WHERE o.id = p_id
+       FOR UPDATE OF o;
+    IF NOT FOUND OR r.state <> 'processing' OR r.lease_token IS DISTINCT FROM p_lease_token
+       OR r.lease_until <= now() THEN
+        BEGIN
+            PERFORM wal_delivery.refuse_processing_transition(p_id, p_lease_token);
+        EXCEPTION WHEN lock_not_available OR object_not_in_prerequisite_state OR undefined_object THEN
+            refusal := SQLERRM;
+        END;
+        RETURN;
+    END IF;
+    lease_until := r.lease_until;
+    IF r.lease_until - r.processing_lease + least(r.processing_lease / 10, interval '1 second') < clock_timestamp() THEN
+        lease_until := clock_timestamp() + r.processing_lease;
+        UPDATE wal_delivery.outbox SET lease_until = start_processing_row.lease_until WHERE id = p_id;
+    END IF;
+    payload := r.payload;
+    content_type := r.content_type;
+    processor_kind := r.processor_kind;
+    processor := r.processor;
+    max_payload_bytes := r.max_payload_bytes;
+    SELECT s.processing_role INTO processing_role FROM wal_delivery.settings s;
+END $$;
+
+-- Why no SQL processor may run in this session, or NULL: the user who logged in is a
+-- superuser. A processor can RESET ROLE (or RESET SESSION AUTHORIZATION) back to that
+-- user, so it would run with a superuser's rights whatever role it was given.
+CREATE FUNCTION wal_delivery.processing_session_problem() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('SQL processors do not run in a session of superuser "%s" (a processor could RESET ROLE to it); connect as a non-superuser member of wal_delivery_admin',
+                  r.rolname)
+      FROM pg_stat_get_activity(pg_backend_pid()) a JOIN pg_roles r ON r.oid = a.usesysid
+     WHERE r.rolsuper
+$$;
+
+-- Runs the SQL processor of one row its caller holds and writes the outcome. Not SECURITY
+-- DEFINER: the topic's function runs as settings.processing_role (SET LOCAL ROLE), never
+-- with the extension owner's rights, and never in a superuser's session. The call is a
+-- subtransaction: whatever the processor wrote is undone unless its result is stored, so
+-- a processor that raises, returns something unusable, is cancelled or is late leaves
+-- nothing behind. A processor that outlives the caller's statement_timeout (the worker
+-- sets the lease plus a second) is cancelled and that is a failed attempt (timed_out); a
+-- result after the lease ran out is refused, and the lease expiry returns the row.
+CREATE FUNCTION wal_delivery.run_sql_processor_row(p_id bigint, p_lease_token bigint,
+    OUT outcome text, OUT detail text, OUT timed_out boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     held record;
     fn regprocedure;
     call text;
-    call_for text;
     result bytea;
     err text;
-    done_ids bigint[] := '{}';
-    done_tokens bigint[] := '{}';
-    done_payloads bytea[] := '{}';
-    stored bigint[];
+    discarding boolean := false;
+    late boolean := false;
+    caller_role text := current_setting('role');
 BEGIN
-    FOR held IN SELECT * FROM wal_delivery.hold_processing_rows(p_ids, p_lease_tokens) LOOP
+    timed_out := false;
+    SELECT * INTO held FROM wal_delivery.start_processing_row(p_id, p_lease_token);
+    IF held.refusal IS NOT NULL THEN
+        outcome := 'refused';
+        detail := held.refusal;
+        RETURN;
+    END IF;
+    IF held.processor_kind IS DISTINCT FROM 'sql' THEN
+        err := format('the topic''s processor is no longer a SQL function (%s)', coalesce(held.processor_kind, 'none'));
+    ELSE
+        err := coalesce(wal_delivery.processing_session_problem(),
+                        'processing_role cannot run processors: ' || wal_delivery.processing_role_problem(held.processing_role));
+    END IF;
+    IF err IS NULL THEN
+        BEGIN
+            PERFORM set_config('role', held.processing_role, true);
+            -- Resolved as the processing role: it is the one that needs the schema.
+            fn := to_regprocedure(held.processor || '(bytea)');
+            IF fn IS NULL THEN
+                err := format('processor function %s(bytea) does not exist', held.processor);
+                discarding := true;
+                RAISE EXCEPTION 'discarded';
+            END IF;
+            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+            EXECUTE call INTO result USING held.payload;
+            PERFORM set_config('role', caller_role, true);
+            late := clock_timestamp() >= held.lease_until;
+            IF NOT late THEN
+                err := wal_delivery.processed_payload_problem(result, held.content_type, held.max_payload_bytes);
+            END IF;
+            IF late OR err IS NOT NULL THEN
+                discarding := true;
+                RAISE EXCEPTION 'discarded';  -- undoes what the processor wrote
+            END IF;
+        EXCEPTION
+            WHEN query_canceled THEN
+                timed_out := true;
+                err := format('processor %s did not finish within its lease (expired at %s, %s)',
+                              held.processor, held.lease_until, SQLERRM);
+            WHEN OTHERS THEN
+                IF NOT discarding THEN
+                    err := format('processor %s raised %s: %s', held.processor, SQLSTATE, SQLERRM);
+                END IF;
+        END;
+    END IF;
+    IF late THEN
+        outcome := 'refused';
+        detail := format('the lease on outbox row %s (token %s) expired at %s, before the processor finished',
+                         p_id, p_lease_token, held.lease_until);
+        RETURN;
+    END IF;
+    SELECT a.outcome, a.detail INTO outcome, detail
+      FROM wal_delivery.record_attempt(p_id, p_lease_token, CASE WHEN err IS NULL THEN result END, err,
+                                       held.content_type, held.max_payload_bytes) a;
+END $$;
+
+-- Runs the SQL processor of each row and finishes it (run_sql_processor_row), in one
+-- call: the rows are locked first, so none of them expires while the others run, and
+-- each row's lease starts when its processor does. Rows come back in the order given.
+-- A cancel (statement timeout, pg_cancel_backend) fails the row it cut off and ends the
+-- call: the rows not started yet are given back without spending an attempt (released).
+-- The worker calls run_sql_processor_row itself, one statement per row, so a statement
+-- timeout cancels only the row that hangs.
+CREATE FUNCTION wal_delivery.run_sql_processor(p_ids bigint[], p_lease_tokens bigint[])
+RETURNS TABLE (id bigint, outcome text, detail text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    held record;
+    cancelled boolean := false;
+    cut_off boolean;
+BEGIN
+    FOR held IN SELECT h.id, h.lease_token, h.refusal FROM wal_delivery.hold_processing_rows(p_ids, p_lease_tokens) h LOOP
         id := held.id;
         IF held.refusal IS NOT NULL THEN
             outcome := 'refused';
             detail := held.refusal;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        result := NULL;
-        err := NULL;
-        IF call_for IS DISTINCT FROM held.processor THEN
-            fn := to_regprocedure(held.processor || '(bytea)');
-            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
-              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
-            call_for := held.processor;
-        END IF;
-        IF held.processor_kind IS DISTINCT FROM 'sql' THEN
-            err := format('the topic''s processor is no longer a SQL function (%s)', coalesce(held.processor_kind, 'none'));
-        ELSIF fn IS NULL THEN
-            err := format('processor function %s(bytea) does not exist', held.processor);
+        ELSIF cancelled THEN
+            PERFORM wal_delivery.release_processing_rows(ARRAY[held.id], ARRAY[held.lease_token]);
+            outcome := 'released';
+            detail := 'not started: the call was cancelled';
         ELSE
-            BEGIN
-                EXECUTE call INTO result USING held.payload;
-            EXCEPTION WHEN OTHERS THEN
-                err := format('processor %s raised %s: %s', held.processor, SQLSTATE, SQLERRM);
-            END;
-        END IF;
-        IF clock_timestamp() >= held.lease_until THEN
-            outcome := 'refused';
-            detail := format('the lease on outbox row %s (token %s) expired at %s, before the processor finished',
-                             held.id, held.lease_token, held.lease_until);
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        err := coalesce(err, wal_delivery.processed_payload_problem(result, held.content_type, held.max_payload_bytes));
-        IF err IS NULL THEN
-            done_ids := done_ids || held.id;
-            done_tokens := done_tokens || held.lease_token;
-            done_payloads := done_payloads || result;
-            CONTINUE;
-        END IF;
-        SELECT a.outcome, a.detail INTO outcome, detail
-          FROM wal_delivery.record_attempt(held.id, held.lease_token, NULL, err, held.content_type,
-                                           held.max_payload_bytes) a;
-        RETURN NEXT;
-    END LOOP;
-    stored := ARRAY(SELECT * FROM wal_delivery.complete_processing_batch(done_ids, done_tokens, done_payloads));
-    FOR i IN 1 .. cardinality(done_ids) LOOP
-        id := done_ids[i];
-        IF id = ANY (stored) THEN
-            outcome := 'processed';
-            detail := NULL;
-        ELSE
-            outcome := 'refused';
-            detail := format('the lease on outbox row %s (token %s) ran out before its result was written',
-                             id, done_tokens[i]);
+            SELECT r.outcome, r.detail, r.timed_out INTO outcome, detail, cut_off
+              FROM wal_delivery.run_sql_processor_row(held.id, held.lease_token) r;
+            cancelled := cut_off;
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -2835,6 +2994,8 @@ END $$;
 --   wal_delivery_writer   applications: enqueue, and read the status of their own records
 --   wal_delivery_admin    operators and the workers: the control plane, dead letters, and
 --                         the routines the workers call
+--   wal_delivery_processor  what SQL processors run as (settings.processing_role): nothing
+--                         here; the DBA grants it what the processors need
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 
@@ -2846,7 +3007,12 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_admin') THEN
         CREATE ROLE wal_delivery_admin NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_processor') THEN
+        CREATE ROLE wal_delivery_processor NOLOGIN;
+    END IF;
 END $$;
+-- The workers (admin members) SET ROLE to it around each SQL processor call.
+GRANT wal_delivery_processor TO wal_delivery_admin;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA wal_delivery FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA wal_delivery FROM PUBLIC;
@@ -2923,19 +3089,23 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
                           wal_delivery.defer_shipping(bigint[], text, interval),
                           wal_delivery.mark_unshippable(bigint, text),
                           wal_delivery.relay_wakeups(),
-                          wal_delivery.claim_ready_to_process(integer, interval),
+                          wal_delivery.claim_ready_to_process(integer, interval, text),
                           wal_delivery.complete_processing(bigint, bigint, bytea),
                           wal_delivery.fail_processing(bigint, bigint, text),
                           wal_delivery.expire_processing_leases(integer),
-                          wal_delivery.claim_for_processor(integer),
+                          wal_delivery.claim_for_processor(integer, text),
+                          wal_delivery.release_processing_rows(bigint[], bigint[]),
                           wal_delivery.hold_processing_row(bigint, bigint),
                           wal_delivery.processed_payload_problem(bytea, text, integer),
                           wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                           wal_delivery.finish_processing(bigint, bigint, bytea, text),
                           wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
                           wal_delivery.run_sql_processor(bigint[], bigint[]),
+                          wal_delivery.run_sql_processor_row(bigint, bigint),
+                          wal_delivery.start_processing_row(bigint, bigint),
+                          wal_delivery.processing_role_problem(text),
+                          wal_delivery.processing_session_problem(),
                           wal_delivery.hold_processing_rows(bigint[], bigint[]),
-                          wal_delivery.complete_processing_batch(bigint[], bigint[], bytea[]),
                           wal_delivery.purge_finished_rows(integer)
     TO wal_delivery_admin;
 GRANT EXECUTE ON PROCEDURE wal_delivery.purge_finished(integer, integer) TO wal_delivery_admin;

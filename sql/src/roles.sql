@@ -2,6 +2,8 @@
 --   wal_delivery_writer   applications: enqueue, and read the status of their own records
 --   wal_delivery_admin    operators and the workers: the control plane, dead letters, and
 --                         the routines the workers call
+--   wal_delivery_processor  what SQL processors run as (settings.processing_role): nothing
+--                         here; the DBA grants it what the processors need
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 
@@ -13,7 +15,12 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_admin') THEN
         CREATE ROLE wal_delivery_admin NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_processor') THEN
+        CREATE ROLE wal_delivery_processor NOLOGIN;
+    END IF;
 END $$;
+-- The workers (admin members) SET ROLE to it around each SQL processor call.
+GRANT wal_delivery_processor TO wal_delivery_admin;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA wal_delivery FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA wal_delivery FROM PUBLIC;
@@ -90,19 +97,23 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
                           wal_delivery.defer_shipping(bigint[], text, interval),
                           wal_delivery.mark_unshippable(bigint, text),
                           wal_delivery.relay_wakeups(),
-                          wal_delivery.claim_ready_to_process(integer, interval),
+                          wal_delivery.claim_ready_to_process(integer, interval, text),
                           wal_delivery.complete_processing(bigint, bigint, bytea),
                           wal_delivery.fail_processing(bigint, bigint, text),
                           wal_delivery.expire_processing_leases(integer),
-                          wal_delivery.claim_for_processor(integer),
+                          wal_delivery.claim_for_processor(integer, text),
+                          wal_delivery.release_processing_rows(bigint[], bigint[]),
                           wal_delivery.hold_processing_row(bigint, bigint),
                           wal_delivery.processed_payload_problem(bytea, text, integer),
                           wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer),
                           wal_delivery.finish_processing(bigint, bigint, bytea, text),
                           wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
                           wal_delivery.run_sql_processor(bigint[], bigint[]),
+                          wal_delivery.run_sql_processor_row(bigint, bigint),
+                          wal_delivery.start_processing_row(bigint, bigint),
+                          wal_delivery.processing_role_problem(text),
+                          wal_delivery.processing_session_problem(),
                           wal_delivery.hold_processing_rows(bigint[], bigint[]),
-                          wal_delivery.complete_processing_batch(bigint[], bigint[], bytea[]),
                           wal_delivery.purge_finished_rows(integer)
     TO wal_delivery_admin;
 GRANT EXECUTE ON PROCEDURE wal_delivery.purge_finished(integer, integer) TO wal_delivery_admin;

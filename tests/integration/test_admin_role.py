@@ -125,7 +125,7 @@ VALID = {
         "UPDATE wal_delivery.settings SET consumer_dedupe_ttl = consumer_dedupe_ttl,"
         " retry_dlq_retention = retry_dlq_retention, dlq_alert_url = dlq_alert_url",
         "UPDATE wal_delivery.settings SET archive_s3_prefix = archive_s3_prefix,"
-        " archive_batch_rows = archive_batch_rows"],
+        " archive_batch_rows = archive_batch_rows, processing_role = processing_role"],
     "archive credentials insert, read, delete": [
         "DELETE FROM wal_delivery.archive_credentials",
         "INSERT INTO wal_delivery.archive_credentials (access_key_id, secret_access_key, session_token)"
@@ -250,6 +250,9 @@ CHECKS = [
     ("settings replication factor", settings("internal_topic_replication_factor = 0"), "23514"),
     ("settings min insync replicas", settings("internal_topic_min_insync_replicas = 9"), "23514"),
     ("settings dlq_alert_url", settings("dlq_alert_url = 'ftp://alerts.test/'"), "23514"),
+    ("settings processing_role missing", settings(f"processing_role = 'adm_none_{U}'"), "23514"),
+    ("settings processing_role superuser", settings("processing_role = 'postgres'"), "23514"),
+    ("settings processing_role not the workers'", settings(f"processing_role = '{NOBODY}'"), "23514"),
     # settings: check_archive_settings
     ("archive endpoint", settings("archive_s3_endpoint = 'ftp://s3.test'"), "23514"),
     ("archive endpoint with a path", settings("archive_s3_endpoint = 'https://s3.test/bucket'"), "23514"),

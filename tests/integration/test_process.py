@@ -3,17 +3,19 @@
 reach Kafka processed with their idempotency key. The lease fences every write: a crashed
 processor's rows come back after the lease, a late result is refused, two processors
 never claim the same row, and a row is processed once. Failures count attempts; after the
-last one the row is in dead_letters. Transitions are counted by a trigger (process_helpers)."""
+last one the row is in dead_letters. Transitions are counted by a trigger (process_helpers).
+The workers run as a non-superuser member of wal_delivery_admin (WORKER_ROLE), as the
+worker requires, and SQL processors as the processing role (wal_delivery_processor)."""
 import json
 import signal
 import time
 
 import pytest
 
-from conftest import connect, env_cmd, record_key
+from conftest import connect, env_cmd
 from consumer_helpers import Worker
-from process_helpers import (TransformServer, install_audit, make_processing_topic, remove_audit,
-                             transitions, wrap)
+from process_helpers import (WORKER_ROLE, TransformServer, ensure_worker_role, install_audit,
+                             make_processing_topic, remove_audit, transitions, wrap)
 from relay_helpers import ensure_extension, read_topic, report, states, wait_all_stored, wait_until
 
 SQL_WRAP = """
@@ -30,6 +32,7 @@ def setup():
     with connect() as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS proc_test")
         conn.execute(SQL_WRAP)
+        ensure_worker_role(conn)
     yield
     remove_audit()
 
@@ -43,8 +46,8 @@ def workers():
             w.stop(signal.SIGKILL, timeout=5)
 
 
-def start(workers, tmp_path, name):
-    w = Worker(tmp_path, "process", conninfo=f"application_name={name}")
+def start(workers, tmp_path, name, user=WORKER_ROLE):
+    w = Worker(tmp_path, "process", conninfo=f"user={user} application_name={name}")
     workers.append(w)
     return w
 
@@ -86,7 +89,9 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
         for k in keys:
             assert json.loads(from_sql[k][0]["value"]) == {"wrapped": {"key": k}, "by": "sql"}
             assert json.loads(from_http[k][0]["value"]) == {"transformed": {"key": k}, "call": 1}
-            assert record_key(from_sql[k][0]) == k
+            # Kafka carries the plain key; destinations get "<topic>:<key>" (record_key).
+            assert from_sql[k][0]["headers"]["idempotency-key"] == k
+            assert from_sql[k][0]["headers"]["source-topic"] == sql_topic
         sent = transform.requests[0]
         assert sent["headers"]["Content-Type"] == "application/json"
         assert sent["headers"]["Idempotency-Key"] in keys
@@ -110,9 +115,6 @@ def test_the_worker_needs_no_more_than_the_admin_role(tmp_path, kafka_bootstrap,
     transform = TransformServer()
     try:
         with connect() as conn:
-            conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'proc_worker')"
-                         " THEN CREATE ROLE proc_worker LOGIN IN ROLE wal_delivery_admin; END IF; END $$")
-            conn.execute("GRANT USAGE ON SCHEMA proc_test TO proc_worker")
             conn.execute("CREATE OR REPLACE FUNCTION proc_test.fails_once(p bytea) RETURNS bytea"
                          " LANGUAGE plpgsql AS $$ BEGIN IF convert_from(p, 'UTF8') LIKE '%bad%' THEN"
                          " RAISE EXCEPTION 'bad record'; END IF; RETURN p; END $$")
@@ -120,8 +122,7 @@ def test_the_worker_needs_no_more_than_the_admin_role(tmp_path, kafka_bootstrap,
             make_processing_topic(conn, http_topic, "http", transform.url)
             enqueue_json(conn, topic, ["good", "bad"])
             enqueue_json(conn, http_topic, ["h1"])
-            w = Worker(tmp_path, "process", conninfo="user=proc_worker application_name=p1")
-            workers.append(w)
+            w = start(workers, tmp_path, "p1")
             wait_until(lambda: states(conn, topic) == {"stored": 1, "dead": 1}, 30,
                        what=f"one stored, one dead (now {states(conn, topic)})")
             wait_all_stored(conn, http_topic, 1)
@@ -434,3 +435,278 @@ def test_postgres_immediate_stop_mid_backlog_loses_nothing_and_processes_once(
     assert set(seen) == set(keys)
     report(f"process, Postgres immediate stop mid-backlog: {n} rows all processed once and shipped,"
            f" {sum(claims.values()) - n} claims repeated after the restart")
+
+
+# ------------------------------------------------------------------ rows pay for their own failures
+
+SQL_HANGS = """
+CREATE OR REPLACE FUNCTION proc_test.hangs_on_bad(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    IF convert_from(p, 'UTF8')::jsonb->>'key' LIKE 'hang%' THEN
+        PERFORM pg_sleep(3600);
+    END IF;
+    PERFORM pg_sleep(0.01);
+    RETURN p;
+END $$"""
+
+
+def attempts_by_key(conn, topic):
+    return dict(conn.execute("SELECT idempotency_key, attempts FROM wal_delivery.outbox WHERE topic = %s",
+                             (topic,)).fetchall())
+
+
+def test_a_hanging_sql_processor_costs_only_its_own_rows_attempts(tmp_path, kafka_bootstrap, unique,
+                                                                  workers):
+    """Issue 16.2: 3 rows whose processor hangs among 40, lease 2 s, two workers. Each hang
+    is cancelled alone (at its lease plus a second) as a failed attempt of its own row,
+    with the backoff; the 37 good rows are processed on their first attempt."""
+    topic = f"proc.hang.{unique}"
+    keys = [f"hang-{i:02}" if i in (7, 19, 33) else f"k{i:02}" for i in range(40)]
+    hanging = [k for k in keys if k.startswith("hang")]
+    with connect() as conn:
+        conn.execute(SQL_HANGS)
+        make_processing_topic(conn, topic, "sql", "proc_test.hangs_on_bad", processing_lease="2 seconds",
+                              processing_backoff="200 milliseconds")
+        enqueue_json(conn, topic, keys)
+        a, b = start(workers, tmp_path, "pa"), start(workers, tmp_path, "pb")
+        wait_until(lambda: states(conn, topic) == {"stored": 37, "dead": 3}, 120,
+                   what=f"37 stored and 3 dead (now {states(conn, topic)})")
+        attempts = attempts_by_key(conn, topic)
+        claims = transitions(conn, topic, "processing")
+        dead = dict(conn.execute("SELECT idempotency_key, last_error FROM wal_delivery.dead_letters"
+                                 " WHERE topic = %s", (topic,)).fetchall())
+    good = {k: n for k, n in attempts.items() if k not in hanging}
+    assert set(good.values()) == {1}, f"good rows spent attempts on the hanging ones: {good}"
+    assert sum(claims.values()) == 37 + 3 * 5, "each good row claimed once, each hanging one 5 times"
+    assert sorted(dead) == hanging
+    assert all("did not finish within its lease" in e and "statement timeout" in e for e in dead.values()), dead
+    assert a.metric("wal_process_sql_timeouts_total") + b.metric("wal_process_sql_timeouts_total") == 15
+    assert a.metric("wal_process_processed_total", topic=topic) + \
+        b.metric("wal_process_processed_total", topic=topic) == 37
+    seen = read_topic(kafka_bootstrap, topic, [k for k in keys if k not in hanging])
+    assert len(seen) == 37
+
+
+SQL_SLOW = """
+CREATE OR REPLACE FUNCTION proc_test.slow(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(1.5);
+    RETURN p;
+END $$"""
+
+
+def test_no_row_spends_its_lease_waiting_for_another_rows_processor(tmp_path, kafka_bootstrap, unique,
+                                                                   workers):
+    """Issue 16.3: three SQL rows of 1.5 s each and ten HTTP rows, all with a 2 s lease, for
+    one worker. HTTP rows are never in a batch behind SQL rows, and each SQL row's lease
+    starts when its processor does: every row is written on its first attempt."""
+    sql_topic, http_topic = f"proc.wait.sql.{unique}", f"proc.wait.http.{unique}"
+    transform = TransformServer()
+    try:
+        with connect() as conn:
+            conn.execute(SQL_SLOW)
+            make_processing_topic(conn, sql_topic, "sql", "proc_test.slow", processing_lease="2 seconds")
+            make_processing_topic(conn, http_topic, "http", transform.url, processing_lease="2 seconds")
+            enqueue_json(conn, sql_topic, ["s1", "s2", "s3"])
+            enqueue_json(conn, http_topic, [f"h{i}" for i in range(10)])
+            w = start(workers, tmp_path, "p1")
+            wait_all_stored(conn, sql_topic, 3, timeout=60)
+            wait_all_stored(conn, http_topic, 10, timeout=60)
+            assert set(attempts_by_key(conn, sql_topic).values()) == {1}
+            assert set(attempts_by_key(conn, http_topic).values()) == {1}
+            assert_processed_once(conn, sql_topic, 3)
+            assert_processed_once(conn, http_topic, 10)
+        assert transform.count() == 10, "each HTTP row sent once"
+        for t in (sql_topic, http_topic):
+            assert w.metric("wal_process_results_refused_total", topic=t) == 0
+        assert w.metric("wal_process_sql_timeouts_total") == 0
+    finally:
+        transform.stop()
+
+
+SQL_WRITES = """
+CREATE TABLE IF NOT EXISTS proc_test.side_effects (key text, call bigint);
+GRANT INSERT, SELECT ON proc_test.side_effects TO wal_delivery_processor;
+CREATE SEQUENCE IF NOT EXISTS proc_test.write_calls;
+DROP SEQUENCE IF EXISTS proc_test.late_calls;
+CREATE SEQUENCE proc_test.late_calls;
+GRANT USAGE ON SEQUENCE proc_test.write_calls, proc_test.late_calls TO wal_delivery_processor;
+CREATE OR REPLACE FUNCTION proc_test.writes(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text := convert_from(p, 'UTF8')::jsonb->>'key';
+    v_call bigint := nextval('proc_test.write_calls');
+BEGIN
+    INSERT INTO proc_test.side_effects VALUES (v_key, v_call);
+    IF v_key LIKE 'late%' AND nextval('proc_test.late_calls') = 1 THEN
+        PERFORM pg_sleep(1.5);   -- the first call only: after the 1 s lease, before the cut
+    ELSIF v_key LIKE 'null%' THEN
+        RETURN NULL;
+    END IF;
+    RETURN p;
+END $$"""
+
+
+def test_what_a_processor_wrote_is_undone_unless_its_result_is_stored(tmp_path, unique, workers):
+    """Issue 16.7: a late result is refused and so is what its processor wrote, like a
+    processor that raises; so is a result that cannot be stored (NULL here)."""
+    late_topic, null_topic = f"proc.undo.late.{unique}", f"proc.undo.null.{unique}"
+    with connect() as conn:
+        conn.execute(SQL_WRITES)
+        make_processing_topic(conn, late_topic, "sql", "proc_test.writes", processing_lease="1 second",
+                              processing_backoff="100 milliseconds")
+        make_processing_topic(conn, null_topic, "sql", "proc_test.writes", processing_max_attempts=1)
+        late_key, null_key = f"late-{unique}", f"null-{unique}"
+        enqueue_json(conn, late_topic, [late_key])
+        enqueue_json(conn, null_topic, [null_key])
+        w = start(workers, tmp_path, "p1")
+        wait_all_stored(conn, late_topic, 1, timeout=30)
+        wait_until(lambda: states(conn, null_topic) == {"dead": 1}, 30, what="the NULL row dead")
+        writes = dict(conn.execute("SELECT key, count(*) FROM proc_test.side_effects WHERE key IN (%s, %s)"
+                                   " GROUP BY 1", (late_key, null_key)).fetchall())
+    assert w.metric("wal_process_results_refused_total", topic=late_topic) == 1
+    assert writes == {late_key: 1}, f"only the stored attempt's write is kept: {writes}"
+
+
+def test_sigterm_mid_batch_gives_back_the_rows_it_has_not_started(tmp_path, unique, workers):
+    topic = f"proc.stop.{unique}"
+    with connect() as conn:
+        conn.execute("CREATE OR REPLACE FUNCTION proc_test.third_second(p bytea) RETURNS bytea"
+                     " LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN p; END $$")
+        make_processing_topic(conn, topic, "sql", "proc_test.third_second")
+        enqueue_json(conn, topic, [f"k{i:02}" for i in range(30)])
+        w = start(workers, tmp_path, "p1")
+        wait_until(lambda: states(conn, topic).get("processing") == 30, 20, what="the batch claimed")
+        time.sleep(1.0)  # a few rows processed, most not started
+        stopped = time.monotonic()
+        assert w.stop() == 0
+        assert time.monotonic() - stopped < 5, "the stop waits for one row, not the batch"
+        rows = conn.execute("SELECT state::text, attempts, count(*) FROM wal_delivery.outbox WHERE topic = %s"
+                            " GROUP BY 1, 2", (topic,)).fetchall()
+    by_state = {(s, a): n for s, a, n in rows}
+    started = sum(n for (s, a), n in by_state.items() if s in ("processed", "stored"))
+    assert 1 <= started < 30, by_state
+    assert by_state.get(("pending", 0)) == 30 - started, f"the rest back, no attempt spent: {by_state}"
+    assert "event=stopped" in w.output()
+
+
+# ------------------------------------------------------------------ who processors run as
+
+def test_the_worker_refuses_to_run_as_a_superuser(tmp_path, unique, workers):
+    w = start(workers, tmp_path, "su", user="postgres")
+    assert w.proc.wait(30) == 1
+    assert "event=superuser_refused user=postgres" in w.output()
+
+    # Re-checked at every connect: a worker whose login became a superuser exits at its
+    # next reconnect.
+    role = f"proc_becomes_su_{unique}"
+    with connect() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE wal_delivery_admin")
+        try:
+            w = start(workers, tmp_path, "later", user=role)
+            w.wait_ready(30)
+            conn.execute(f"ALTER ROLE {role} SUPERUSER")
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            assert w.proc.wait(30) == 1
+            assert f"event=superuser_refused user={role}" in w.output()
+        finally:
+            conn.execute(f"DROP ROLE {role}")
+
+
+SQL_WHO = """
+CREATE OR REPLACE FUNCTION proc_test.whoami(p bytea) RETURNS bytea LANGUAGE sql AS $$
+    SELECT convert_to(jsonb_build_object('current_user', current_user, 'session_user', session_user)::text, 'UTF8')
+$$;
+CREATE OR REPLACE FUNCTION proc_test.make_me_superuser(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+    RETURN p;
+END $$;
+CREATE OR REPLACE FUNCTION proc_test.reset_role_then_superuser(p bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+BEGIN
+    RESET ROLE;
+    EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+    RETURN p;
+END $$"""
+
+
+def test_processors_run_as_the_processing_role_and_cannot_make_anyone_superuser(tmp_path, unique,
+                                                                                workers):
+    """Issue 15.3: an admin's processor ran ALTER ROLE ... SUPERUSER with the worker's
+    superuser rights. Processors run as wal_delivery_processor; one that resets its role
+    gets the worker's own, which is not a superuser: the attempt fails."""
+    topics = {name: f"proc.who.{name}.{unique}" for name in ("whoami", "direct", "reset")}
+    with connect() as conn:
+        conn.execute(SQL_WHO)
+        make_processing_topic(conn, topics["whoami"], "sql", "proc_test.whoami")
+        make_processing_topic(conn, topics["direct"], "sql", "proc_test.make_me_superuser",
+                              processing_max_attempts=1)
+        make_processing_topic(conn, topics["reset"], "sql", "proc_test.reset_role_then_superuser",
+                              processing_max_attempts=1)
+        for t in topics.values():
+            enqueue_json(conn, t, ["one"])
+        start(workers, tmp_path, "p1")
+        wait_all_stored(conn, topics["whoami"], 1, timeout=30)
+        for name in ("direct", "reset"):
+            wait_until(lambda: states(conn, topics[name]) == {"dead": 1}, 30, what=f"{name} dead")
+        who = json.loads(conn.execute("SELECT convert_from(processed_payload, 'UTF8') FROM wal_delivery.outbox"
+                                      " WHERE topic = %s", (topics["whoami"],)).fetchone()[0])
+        errors = dict(conn.execute("SELECT topic, last_error FROM wal_delivery.dead_letters WHERE topic = ANY(%s)",
+                                   ([topics["direct"], topics["reset"]],)).fetchall())
+        superusers = conn.execute("SELECT rolname FROM pg_roles WHERE rolsuper AND rolname IN (%s, %s)",
+                                  (WORKER_ROLE, "wal_delivery_processor")).fetchall()
+    assert who == {"current_user": "wal_delivery_processor", "session_user": WORKER_ROLE}
+    for name in ("direct", "reset"):
+        assert "raised 42501" in errors[topics[name]], errors
+    assert superusers == []
+
+
+def test_a_processing_role_that_became_a_superuser_fails_the_attempt(tmp_path, unique, workers):
+    role = f"proc_role_{unique}"
+    topic = f"proc.badrole.{unique}"
+    with connect() as conn:
+        conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        conn.execute(f"GRANT {role} TO wal_delivery_admin")
+        conn.execute(f"GRANT USAGE ON SCHEMA proc_test TO {role}")
+        try:
+            conn.execute("UPDATE wal_delivery.settings SET processing_role = %s", (role,))
+            conn.execute(f"ALTER ROLE {role} SUPERUSER")
+            make_processing_topic(conn, topic, "sql", "proc_test.wrap", processing_max_attempts=1)
+            enqueue_json(conn, topic, ["one"])
+            start(workers, tmp_path, "p1")
+            wait_until(lambda: states(conn, topic) == {"dead": 1}, 30, what="the row dead")
+            error = conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s",
+                                 (topic,)).fetchone()[0]
+            assert f'role "{role}" is a superuser' in error
+        finally:
+            conn.execute("UPDATE wal_delivery.settings SET processing_role = DEFAULT")
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+# ------------------------------------------------------------------ HTTP answers
+
+def vm_hwm_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_an_http_answer_is_read_only_up_to_the_topics_limit(tmp_path, unique, workers, destination):
+    """Issue 15.6: every answer was buffered up to 100 MB whatever the topic allowed (792 MB
+    of memory for 8 rows). An answer over max_payload_bytes fails its attempt as soon as it
+    passes the limit, and the worker's memory stays small."""
+    topic = f"proc.huge.{unique}"
+    destination.behave(path="/transform", body_bytes=50_000_000)
+    with connect() as conn:
+        make_processing_topic(conn, topic, "http", destination.url + "/transform", max_payload_bytes=100_000,
+                              processing_max_attempts=1, processing_timeout="30 seconds")
+        enqueue_json(conn, topic, [f"k{i}" for i in range(8)])
+        w = start(workers, tmp_path, "p1")
+        wait_until(lambda: states(conn, topic) == {"dead": 8}, 60, what="8 dead rows")
+        errors = [r[0] for r in conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s",
+                                             (topic,))]
+    peak_mb = vm_hwm_kb(w.proc.pid) / 1024
+    assert all("over the topic's max_payload_bytes (100000)" in e for e in errors), errors
+    assert peak_mb < 60, f"the worker peaked at {peak_mb:.0f} MB for 8 answers of 50 MB"
+    report(f"process, 8 HTTP answers of 50 MB over a 100 kB topic limit: worker peak RSS {peak_mb:.0f} MB")

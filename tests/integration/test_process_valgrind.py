@@ -7,7 +7,7 @@ import signal
 
 from conftest import connect
 from consumer_helpers import Worker
-from process_helpers import TransformServer, make_processing_topic, wrap
+from process_helpers import WORKER_ROLE, TransformServer, ensure_worker_role, make_processing_topic, wrap
 from relay_helpers import ensure_extension, states, wait_all_stored, wait_until
 
 
@@ -20,7 +20,7 @@ def test_processor_is_memory_clean_under_valgrind(tmp_path, unique):
     worker = None
     try:
         with connect() as conn:
-            conn.execute("CREATE SCHEMA IF NOT EXISTS proc_test")
+            ensure_worker_role(conn)
             conn.execute("CREATE OR REPLACE FUNCTION proc_test.vg_identity(p bytea) RETURNS bytea"
                          " LANGUAGE sql AS $$ SELECT p $$")
             topics = {k: f"proc.vg.{k}.{unique}" for k in ("sql", "http", "failing", "late")}
@@ -32,7 +32,7 @@ def test_processor_is_memory_clean_under_valgrind(tmp_path, unique):
             for t in topics.values():
                 conn.execute("SELECT wal_enqueue_batch(%s, %s::jsonb[])",
                              (t, [json.dumps({"i": i, "pad": "x" * 300}) for i in range(20 if "late" not in t else 1)]))
-            worker = Worker(tmp_path, "process",
+            worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE}",
                             wrapper=("valgrind", "--error-exitcode=99", "--leak-check=full",
                                      "--errors-for-leak-kinds=definite", "--track-origins=yes"))
             wait_all_stored(conn, topics["sql"], 20, timeout=120)

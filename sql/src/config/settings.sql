@@ -1,5 +1,6 @@
 -- Settings of the whole deployment: one row, created with the extension. The archive_*
--- settings and their checks belong to dead-letter archival (archive.sql).
+-- settings and their checks belong to dead-letter archival (archive.sql), processing_role
+-- and its check to processing (processing.sql).
 
 -- Columns keep the order in which they were added before 1.0 (SELECT * shows them so).
 CREATE TABLE wal_delivery.settings (
@@ -26,7 +27,9 @@ CREATE TABLE wal_delivery.settings (
     archive_batch_rows integer NOT NULL DEFAULT 10000,
     archive_batch_bytes integer NOT NULL DEFAULT 67108864,     -- uncompressed NDJSON
     archive_max_run_time interval NOT NULL DEFAULT '30 minutes',
-    archive_keeps_rows boolean NOT NULL DEFAULT false          -- true: mark archived, do not delete
+    archive_keeps_rows boolean NOT NULL DEFAULT false,         -- true: mark archived, do not delete
+    -- The role SQL processors run as (processing.sql checks it); never the worker's own.
+    processing_role text NOT NULL DEFAULT 'wal_delivery_processor'
 );
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;

@@ -45,14 +45,16 @@ static const role_help roles[] = {
 	 "  See SELECT * FROM wal_delivery.unresolved_dead_letters.\n",
 	 ""},
 	{"process", "run the processors of topics whose records need processing",
-	 "  Claims rows of topics with a processor (up to 100 at a time, each under a lease\n"
-	 "  and a fencing token), runs SQL processors in the database (never with the\n"
-	 "  extension owner's rights) and POSTs to HTTP processors, and hands each result\n"
-	 "  back; the database refuses a result that comes after the lease. A failed\n"
-	 "  attempt waits processing_backoff (doubling); after processing_max_attempts the\n"
-	 "  row is a dead letter. Needs no Kafka: the relay ships processed rows. Run as\n"
-	 "  many as you like.\n"
-	 "  Connect as a LOGIN member of wal_delivery_admin, never as a superuser.\n"
+	 "  Claims rows of topics with a processor (up to 100 at a time, one kind of\n"
+	 "  processor per batch, each row under a lease and a fencing token), runs\n"
+	 "  SQL processors in the database one row per statement, as the role\n"
+	 "  settings.processing_role (a hang is cancelled at its lease plus 1 s), POSTs to\n"
+	 "  HTTP processors, and hands each result back; the database refuses a result that\n"
+	 "  comes after the lease. A failed attempt waits processing_backoff (doubling);\n"
+	 "  after processing_max_attempts the row is a dead letter. Needs no Kafka: the\n"
+	 "  relay ships processed rows. Run as many as you like.\n"
+	 "  Connect as a LOGIN member of wal_delivery_admin, never as a superuser: a\n"
+	 "  processor could RESET ROLE to it, so the worker refuses to start as one.\n"
 	 "  See SELECT * FROM wal_delivery.processing_status.\n",
 	 ""},
 	{"ingest", "the HTTP entry point: records to Kafka, or to the outbox as the fallback",

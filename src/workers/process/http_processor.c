@@ -13,9 +13,6 @@
 
 #include "common/log.h"
 
-/* The largest payload a topic may allow (max_payload_bytes); a longer answer is refused. */
-#define MAX_ANSWER_BYTES 100000000
-
 typedef struct transfer
 {
 	attempt_result *result;
@@ -33,7 +30,9 @@ collect_body(char *data, size_t size, size_t nmemb, void *arg)
 	size_t n = size * nmemb;
 	char *grown;
 
-	if (t->len + n > MAX_ANSWER_BYTES)
+	/* An answer over the topic's limit could never be stored: stop reading it at the
+	 * limit, so a worker holds at most that much per row whatever a service sends. */
+	if (t->len + n > (size_t) t->result->row->max_payload_bytes)
 	{
 		t->too_large = true;
 		return 0; /* aborts the transfer */
@@ -99,8 +98,8 @@ take_answer(transfer *t, CURLcode code)
 
 	curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (t->too_large)
-		r->error = format_error("the answer of %s is over %ld bytes", r->row->processor,
-								(long) MAX_ANSWER_BYTES);
+		r->error = format_error("the answer of %s is over the topic's max_payload_bytes (%ld)",
+								r->row->processor, r->row->max_payload_bytes);
 	else if (code == CURLE_OPERATION_TIMEDOUT)
 		r->error =
 			format_error("%s did not answer within %ld ms", r->row->processor, r->row->timeout_ms);

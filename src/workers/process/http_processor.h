@@ -2,7 +2,8 @@
  * http_processor.h: running HTTP processors (transform services). Each claimed row's
  * original payload is POSTed to its topic's processor URL, with its content type and
  * idempotency key; a 2xx answer's body is the processed payload. Anything else (another
- * status, a timeout, a connection error) is the error that fails the attempt.
+ * status, a timeout, a connection error, an answer longer than the topic's
+ * max_payload_bytes, which is read no further) is the error that fails the attempt.
  */
 #ifndef WAL_HTTP_PROCESSOR_H
 #define WAL_HTTP_PROCESSOR_H

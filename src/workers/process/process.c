@@ -7,9 +7,13 @@
  * row's current holder within its lease, so any number of processors run side by side
  * and a late or crashed one writes nothing. The relay then ships the processed payload.
  *
- * A SQL processor that outlives the lease gets the whole batch call cancelled; the next
- * claims are then one row at a time (doubling back after each clean batch), so a row
- * that hangs its processor costs other rows no further attempts.
+ * A batch is one kind of processor, alternating, so HTTP rows never wait behind SQL rows.
+ * SQL rows run one statement each in a transaction that holds the whole batch, each with
+ * a statement timeout of its own lease (plus a second) and its lease started when its
+ * processor starts: a processor that hangs is cancelled alone, as a failed attempt of its
+ * own row, and the other rows spend nothing on it. Processors run as the configured
+ * processing role; a processor can RESET ROLE back to the worker's own, so the worker
+ * refuses to run as a superuser (checked at every connect).
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -42,7 +46,9 @@ typedef struct process_state
 	const worker_options *opts;
 	PGconn *db;
 	atomic_bool connected; /* read by the admin server's thread */
-	int claim_rows;        /* MAX_CLAIM_ROWS, or fewer after a SQL processor timed out */
+	bool superuser;        /* connected as a superuser: the worker exits */
+	processor_kind next_kind;
+	int64_t empty_until_ms[2]; /* per kind: had nothing to claim, asked again after this */
 	int64_t next_expiry_check_ms;
 	metric *claimed;
 	metric *processed;
@@ -55,6 +61,7 @@ typedef struct process_state
 	metric *last_batch_seconds;
 	metric *db_errors;
 	metric *sql_timeouts;
+	metric *released;
 } process_state;
 
 static bool
@@ -97,7 +104,12 @@ register_metrics(process_state *st)
 		metric_gauge("wal_process_last_batch_seconds", "How long the last batch took.", 0, NULL);
 	st->sql_timeouts = metric_counter(
 		"wal_process_sql_timeouts_total",
-		"SQL processor calls cancelled because a processor outlived the lease.", 0, NULL);
+		"SQL processor calls cancelled because a processor outlived its lease.", 0, NULL);
+	st->released = metric_counter(
+		"wal_process_released_total",
+		"Claimed rows given back unstarted without spending an attempt (a stop, or a batch "
+		"the database failed).",
+		0, NULL);
 	st->db_errors =
 		metric_counter("wal_process_db_errors_total",
 					   "Database calls that failed (rows wait for their lease).", 0, NULL);
@@ -111,15 +123,37 @@ log_db_notice(void *arg, const char *message)
 	log_warn("event=db_notice msg=\"%.*s\"", (int) strcspn(message, "\n"), message);
 }
 
+/*
+ * True when the login is a superuser: a processor can RESET ROLE (or SESSION
+ * AUTHORIZATION) back to it, so SQL processors would run with a superuser's rights.
+ */
+static bool
+refuse_superuser(PGconn *db)
+{
+	const char *superuser = PQparameterStatus(db, "is_superuser");
+
+	if (superuser == NULL || strcmp(superuser, "on") != 0)
+		return false;
+	log_error("event=superuser_refused user=%s msg=\"wal-worker process does not run as a "
+			  "superuser: a SQL processor could RESET ROLE to it; connect as a non-superuser "
+			  "member of wal_delivery_admin\"",
+			  PQuser(db));
+	return true;
+}
+
 static bool
 ensure_db(process_state *st)
 {
 	bool fresh;
 	bool ok = db_ensure(&st->db, st->opts->conninfo, "process", "not processing", &fresh);
 
-	atomic_store(&st->connected, ok);
 	if (fresh)
+	{
 		PQsetNoticeProcessor(st->db, log_db_notice, NULL);
+		st->superuser = refuse_superuser(st->db);
+		ok = ok && !st->superuser;
+	}
+	atomic_store(&st->connected, ok);
 	return ok;
 }
 
@@ -131,6 +165,8 @@ report_outcome(process_state *st, const attempt_result *r)
 	const char *labels[] = {row->topic};
 	const char *detail = r->detail ? r->detail : "";
 
+	if (r->timed_out)
+		metric_add(st->sql_timeouts, 1, NULL);
 	switch (r->outcome)
 	{
 		case OUTCOME_PROCESSED:
@@ -154,28 +190,13 @@ report_outcome(process_state *st, const attempt_result *r)
 					 "msg=\"nothing written; the row's current holder writes its result\"",
 					 row->id, row->topic, row->attempts, detail);
 			break;
+		case OUTCOME_RELEASED:
+			metric_add(st->released, 1, NULL);
+			log_debug("event=released id=%" PRId64 " topic=%s", row->id, row->topic);
+			break;
 		case OUTCOME_UNKNOWN:
 			break; /* the failed call was logged; the lease expiry returns the row */
 	}
-}
-
-/* SQL rows first, HTTP rows after: each kind is then run as one slice of the array. */
-static int
-order_by_kind(claimed_row *rows, int n, attempt_result *results)
-{
-	int n_sql = 0, next_http;
-
-	for (int i = 0; i < n; i++)
-		n_sql += rows[i].kind == PROCESSOR_SQL;
-	next_http = n_sql;
-	for (int i = 0, next_sql = 0; i < n; i++)
-	{
-		attempt_result *r = &results[rows[i].kind == PROCESSOR_SQL ? next_sql++ : next_http++];
-
-		r->row = &rows[i];
-		r->outcome = OUTCOME_UNKNOWN;
-	}
-	return n_sql;
 }
 
 /* Hands completed HTTP attempts to the database as they come (attempts_done_fn). */
@@ -193,44 +214,33 @@ finish_http_attempts(void *arg, attempt_result *const *done, int n)
 	f->db_ok = finish_attempts(f->st->db, done, n) && f->db_ok;
 }
 
-/* Runs one claimed batch to its outcomes. */
+/* Runs one claimed batch, all of one kind, to its outcomes. */
 static void
-run_batch(process_state *st, claimed_row *rows, int n)
+run_batch(process_state *st, claimed_row *rows, int n, processor_kind kind)
 {
 	attempt_result *results = calloc(n, sizeof(attempt_result));
-	int n_sql;
-	long sql_timeout_ms = 0;
-	bool timed_out = false;
-	bool db_ok = true;
+	bool db_ok;
 
 	if (results == NULL)
 		fatal("event=out_of_memory");
-	n_sql = order_by_kind(rows, n, results);
-	for (int i = 0; i < n_sql; i++)
-		if (results[i].row->lease_ms_left > sql_timeout_ms)
-			sql_timeout_ms = results[i].row->lease_ms_left;
-	/* A little past the lease, so a result that is merely late is refused by the database
-	 * (and counted) rather than cut off. */
-	if (n_sql > 0)
-		db_ok = run_sql_processors(st->db, results, n_sql, sql_timeout_ms + 1000, &timed_out);
-	if (n - n_sql > 0)
+	for (int i = 0; i < n; i++)
+	{
+		results[i].row = &rows[i];
+		results[i].outcome = OUTCOME_UNKNOWN;
+	}
+	if (kind == PROCESSOR_SQL)
+		db_ok = run_sql_batch(st->db, results, n, &stop_requested);
+	else
 	{
 		http_finish finish = {st, true};
 
-		run_http_processors(results + n_sql, n - n_sql, finish_http_attempts, &finish);
-		db_ok = finish.db_ok && db_ok;
+		run_http_processors(results, n, finish_http_attempts, &finish);
+		db_ok = finish.db_ok;
 	}
-	if (timed_out)
-		metric_add(st->sql_timeouts, 1, NULL);
-	else if (!db_ok)
+	if (!db_ok)
 		metric_add(st->db_errors, 1, NULL);
-
 	for (int i = 0; i < n; i++)
 		report_outcome(st, &results[i]);
-	if (timed_out)
-		st->claim_rows = 1;
-	else if (db_ok && st->claim_rows < MAX_CLAIM_ROWS)
-		st->claim_rows = st->claim_rows * 2 > MAX_CLAIM_ROWS ? MAX_CLAIM_ROWS : st->claim_rows * 2;
 	free_attempt_results(results, n);
 }
 
@@ -259,17 +269,44 @@ return_expired_leases(process_state *st)
 	}
 }
 
+/*
+ * Claims a batch of the kind whose turn it is, or of the other kind when that one has
+ * nothing ready, so both kinds take turns while both have work. A kind that had nothing
+ * is asked again only after the idle poll, so a fleet with one kind of processor does not
+ * pay a second claim per batch. Sets *kind to the kind claimed; the number of rows, or -1
+ * when the database failed.
+ */
+static int
+claim_next_batch(process_state *st, claimed_row **rows, processor_kind *kind)
+{
+	for (int turn = 0; turn < 2; turn++)
+	{
+		int n;
+
+		*kind = st->next_kind;
+		st->next_kind = *kind == PROCESSOR_SQL ? PROCESSOR_HTTP : PROCESSOR_SQL;
+		if (turn == 0 && now_ms() < st->empty_until_ms[*kind])
+			continue;
+		n = claim_rows_to_process(st->db, MAX_CLAIM_ROWS, *kind, rows);
+		if (n != 0)
+			return n;
+		st->empty_until_ms[*kind] = now_ms() + (int64_t) (IDLE_POLL_MS / st->opts->time_scale);
+	}
+	return 0;
+}
+
 /* One claim and its batch; false when there was nothing to do (or the database failed). */
 static bool
 process_one_batch(process_state *st)
 {
 	claimed_row *rows = NULL;
+	processor_kind kind;
 	int n;
 	int64_t started = now_ms();
 	double seconds;
 
 	return_expired_leases(st);
-	n = claim_rows_to_process(st->db, st->claim_rows, &rows);
+	n = claim_next_batch(st, &rows, &kind);
 	if (n <= 0)
 	{
 		if (n < 0)
@@ -277,8 +314,9 @@ process_one_batch(process_state *st)
 		return false;
 	}
 	metric_add(st->claimed, n, NULL);
-	log_debug("event=claimed rows=%d ms=%" PRId64, n, now_ms() - started);
-	run_batch(st, rows, n);
+	log_debug("event=claimed rows=%d kind=%s ms=%" PRId64, n,
+			  kind == PROCESSOR_SQL ? "sql" : "http", now_ms() - started);
+	run_batch(st, rows, n, kind);
 	free_claimed_rows(rows, n);
 
 	seconds = (now_ms() - started) / 1000.0;
@@ -292,7 +330,7 @@ process_one_batch(process_state *st)
 int
 run_process(const worker_options *opts)
 {
-	process_state st = {.opts = opts, .claim_rows = MAX_CLAIM_ROWS};
+	process_state st = {.opts = opts, .next_kind = PROCESSOR_SQL};
 	admin_server *admin = NULL;
 	long idle_ms = (long) (IDLE_POLL_MS / opts->time_scale);
 
@@ -316,6 +354,8 @@ run_process(const worker_options *opts)
 		sd_notify_loop();
 		if (!ensure_db(&st))
 		{
+			if (st.superuser)
+				break;
 			sleep(1);
 			continue;
 		}
@@ -332,6 +372,8 @@ run_process(const worker_options *opts)
 	if (admin)
 		admin_server_stop(admin);
 	curl_global_cleanup();
+	if (st.superuser)
+		return 1;
 	log_info("event=stopped");
 	return 0;
 }

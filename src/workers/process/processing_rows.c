@@ -96,19 +96,20 @@ first_line(PGconn *db)
 }
 
 int
-claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows)
+claim_rows_to_process(PGconn *db, int max_rows, processor_kind kind, claimed_row **rows)
 {
 	char limit[16];
-	const char *params[1] = {limit};
+	const char *params[2] = {limit, kind == PROCESSOR_SQL ? "sql" : "http"};
 	PGresult *res;
 	int n;
 
 	snprintf(limit, sizeof(limit), "%d", max_rows);
 	res = PQexecParams(db,
 					   "SELECT id, lease_token, attempts, lease_ms_left, processing_timeout_ms,"
-					   " processor_kind, topic, idempotency_key, content_type, processor, payload"
-					   " FROM wal_delivery.claim_for_processor($1)",
-					   1, NULL, params, NULL, NULL, 0);
+					   " processor_kind, topic, idempotency_key, content_type, processor, payload,"
+					   " processing_lease_ms, max_payload_bytes"
+					   " FROM wal_delivery.claim_for_processor($1, $2)",
+					   2, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		log_error("event=claim_failed error=\"%s\" msg=\"retrying after a pause\"", first_line(db));
@@ -134,6 +135,8 @@ claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows)
 		r->idempotency_key = xstrdup(PQgetvalue(res, i, 7));
 		r->content_type = xstrdup(PQgetvalue(res, i, 8));
 		r->processor = xstrdup(PQgetvalue(res, i, 9));
+		r->lease_ms = strtol(PQgetvalue(res, i, 11), NULL, 10);
+		r->max_payload_bytes = strtol(PQgetvalue(res, i, 12), NULL, 10);
 		raw = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 10), &r->payload_len);
 		if (raw == NULL)
 			fatal("event=out_of_memory");
@@ -193,7 +196,8 @@ outcome_from_name(const char *name)
 const char *
 row_outcome_name(row_outcome outcome)
 {
-	static const char *const names[] = {"processed", "failed", "dead", "refused", "unknown"};
+	static const char *const names[] = {"processed", "failed",   "dead",
+										"refused",   "released", "unknown"};
 
 	return names[outcome];
 }
@@ -218,70 +222,207 @@ take_outcomes(PGresult *res, attempt_result *const *results, int n)
 	}
 }
 
+/* Runs a statement that returns nothing the caller needs; false (logged) on an error. */
 static bool
-set_statement_timeout(PGconn *db, long ms)
+exec_command(PGconn *db, const char *sql, int n_params, const char *const *params,
+			 const char *event)
 {
-	char value[32];
-	const char *params[1] = {value};
-	PGresult *res;
-	bool ok;
+	PGresult *res = PQexecParams(db, sql, n_params, NULL, params, NULL, NULL, 0);
+	ExecStatusType status = PQresultStatus(res);
+	bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
 
-	snprintf(value, sizeof(value), "%ld", ms);
-	res = PQexecParams(db, "SELECT set_config('statement_timeout', $1, false)", 1, NULL, params,
-					   NULL, NULL, 0);
-	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (!ok)
-		log_error("event=set_statement_timeout_failed error=\"%s\"", first_line(db));
+		log_error("event=%s error=\"%s\"", event, first_line(db));
 	PQclear(res);
 	return ok;
 }
 
-bool
-run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_timeout_ms,
-				   bool *timed_out)
+/* COMMIT, checked: a transaction that failed answers COMMIT with ROLLBACK, not an error. */
+static bool
+commit_batch(PGconn *db)
 {
-	attempt_result **each;
+	PGresult *res = PQexec(db, "COMMIT");
+	bool ok = PQresultStatus(res) == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "COMMIT") == 0;
+
+	if (!ok)
+		log_error("event=commit_failed status=%s error=\"%s\"", PQcmdStatus(res), first_line(db));
+	PQclear(res);
+	return ok;
+}
+
+/* Locks every row of the batch for this transaction; the ones no longer held are refused. */
+static bool
+hold_sql_rows(PGconn *db, attempt_result *results, int n)
+{
+	attempt_result **each = calloc(n, sizeof(attempt_result *));
 	char *ids, *tokens;
 	const char *params[2];
 	PGresult *res;
 	bool ok;
 
-	*timed_out = false;
-	if (n == 0)
-		return true;
-	if (!set_statement_timeout(db, statement_timeout_ms))
-		return false;
-	each = malloc(n * sizeof(attempt_result *));
 	if (each == NULL)
 		fatal("event=out_of_memory");
 	for (int i = 0; i < n; i++)
 		each[i] = &results[i];
-	ids = id_array(each, n, false);
-	tokens = id_array(each, n, true);
-	params[0] = ids;
-	params[1] = tokens;
-	res = PQexecParams(db, "SELECT id, outcome, detail FROM wal_delivery.run_sql_processor($1, $2)",
-					   2, NULL, params, NULL, NULL, 0);
+	params[0] = ids = id_array(each, n, false);
+	params[1] = tokens = id_array(each, n, true);
+	res =
+		PQexecParams(db,
+					 "SELECT id, CASE WHEN refusal IS NULL THEN 'held' ELSE 'refused' END, refusal"
+					 " FROM wal_delivery.hold_processing_rows($1, $2)",
+					 2, NULL, params, NULL, NULL, 0);
 	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (ok)
-		take_outcomes(res, each, n);
+		take_outcomes(res, each, n); /* "held" leaves a row UNKNOWN, to be run */
 	else
-	{
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-		*timed_out = state != NULL && strcmp(state, "57014") == 0;
-		log_error("event=sql_processors_failed rows=%d first_id=%" PRId64
-				  " error=\"%s\" msg=\"%s\"",
-				  n, results[0].row->id, first_line(db),
-				  *timed_out ? "a processor outlived the lease; the lease expiry returns the "
-							   "rows, and the next claims are one row at a time"
-							 : "the lease expiry returns the rows");
-	}
+		log_error("event=hold_rows_failed rows=%d first_id=%" PRId64 " error=\"%s\"", n,
+				  results[0].row->id, first_line(db));
 	PQclear(res);
-	free(each);
 	free(ids);
 	free(tokens);
+	free(each);
 	return ok;
+}
+
+/* The statement timeout of the rows that follow, set only when it changes. */
+static bool
+set_row_timeout(PGconn *db, long ms, long *current)
+{
+	char value[32];
+	const char *params[1] = {value};
+
+	if (ms == *current)
+		return true;
+	snprintf(value, sizeof(value), "%ld", ms);
+	if (!exec_command(db, "SELECT set_config('statement_timeout', $1, true)", 1, params,
+					  "set_statement_timeout_failed"))
+		return false;
+	*current = ms;
+	return true;
+}
+
+/* One row's processor, in its own statement; false when the statement itself failed. */
+static bool
+run_sql_row(PGconn *db, attempt_result *r)
+{
+	char id[24], token[24];
+	const char *params[2] = {id, token};
+	PGresult *res;
+	bool ok;
+
+	snprintf(id, sizeof(id), "%" PRId64, r->row->id);
+	snprintf(token, sizeof(token), "%" PRId64, r->row->lease_token);
+	res = PQexecParams(db,
+					   "SELECT outcome, detail, timed_out"
+					   " FROM wal_delivery.run_sql_processor_row($1, $2)",
+					   2, NULL, params, NULL, NULL, 0);
+	ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+	if (ok)
+	{
+		r->outcome = outcome_from_name(PQgetvalue(res, 0, 0));
+		if (!PQgetisnull(res, 0, 1))
+			r->detail = xstrdup(PQgetvalue(res, 0, 1));
+		r->timed_out = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+	}
+	else
+		log_error("event=sql_processor_failed id=%" PRId64 " topic=%s error=\"%s\" msg=\"the "
+				  "batch is rolled back; its other rows are released without spending an "
+				  "attempt, this one waits for its lease\"",
+				  r->row->id, r->row->topic, first_line(db));
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * Gives back the rows of results whose outcome is still UNKNOWN, except skip (or none when
+ * NULL), without spending their attempt; they become RELEASED when that worked.
+ */
+static bool
+release_rows(PGconn *db, attempt_result *results, int n, const attempt_result *skip)
+{
+	attempt_result **each = calloc(n, sizeof(attempt_result *));
+	const char *params[2];
+	int k = 0;
+	bool ok = true;
+
+	if (each == NULL)
+		fatal("event=out_of_memory");
+	for (int i = 0; i < n; i++)
+		if (results[i].outcome == OUTCOME_UNKNOWN && &results[i] != skip)
+			each[k++] = &results[i];
+	if (k > 0)
+	{
+		char *ids = id_array(each, k, false), *tokens = id_array(each, k, true);
+
+		params[0] = ids;
+		params[1] = tokens;
+		ok = exec_command(db, "SELECT wal_delivery.release_processing_rows($1, $2)", 2, params,
+						  "release_rows_failed");
+		free(ids);
+		free(tokens);
+	}
+	for (int i = 0; ok && i < k; i++)
+		each[i]->outcome = OUTCOME_RELEASED;
+	free(each);
+	return ok;
+}
+
+/* Nothing of the batch was written: every outcome is unknown again. */
+static void
+forget_outcomes(attempt_result *results, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		results[i].outcome = OUTCOME_UNKNOWN;
+		results[i].timed_out = false;
+		free(results[i].detail);
+		results[i].detail = NULL;
+	}
+}
+
+/* Runs the held rows one statement each; the row whose statement failed, or NULL. */
+static attempt_result *
+run_held_rows(PGconn *db, attempt_result *results, int n, const volatile sig_atomic_t *stop)
+{
+	long timeout_ms = -1;
+
+	for (int i = 0; i < n && !*stop; i++)
+	{
+		attempt_result *r = &results[i];
+
+		if (r->outcome != OUTCOME_UNKNOWN) /* refused by the hold */
+			continue;
+		/* A little past the lease, so a result that is merely late is refused by the
+		 * database (and counted) rather than cut off. */
+		if (!set_row_timeout(db, r->row->lease_ms + 1000, &timeout_ms) || !run_sql_row(db, r))
+			return r;
+	}
+	return NULL;
+}
+
+bool
+run_sql_batch(PGconn *db, attempt_result *results, int n, const volatile sig_atomic_t *stop)
+{
+	attempt_result *failed;
+
+	if (n == 0)
+		return true;
+	if (!exec_command(db, "BEGIN", 0, NULL, "begin_failed"))
+		return false;
+	if (!hold_sql_rows(db, results, n))
+	{
+		exec_command(db, "ROLLBACK", 0, NULL, "rollback_failed");
+		forget_outcomes(results, n);
+		return false;
+	}
+	failed = run_held_rows(db, results, n, stop);
+	if (failed == NULL && release_rows(db, results, n, NULL) && commit_batch(db))
+		return true;
+	exec_command(db, "ROLLBACK", 0, NULL, "rollback_failed");
+	forget_outcomes(results, n);
+	if (PQstatus(db) == CONNECTION_OK)
+		release_rows(db, results, n, failed);
+	return false;
 }
 
 bool

@@ -1,7 +1,8 @@
 /*
  * processing_rows.h: the processor worker's side of the outbox, through the extension's
- * functions (sql/wal_delivery--0.7--0.8.sql): claim rows with a lease, run SQL
- * processors in the database, and hand back the results of HTTP processors.
+ * functions (sql/src/processing.sql): claim rows of one kind with a lease, run SQL
+ * processors in the database one row per statement, and hand back the results of HTTP
+ * processors.
  *
  * Words used here:
  *   claimed row  an outbox row this worker holds: its lease token fences every write,
@@ -11,6 +12,7 @@
 #ifndef WAL_PROCESSING_ROWS_H
 #define WAL_PROCESSING_ROWS_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,7 +31,9 @@ typedef struct claimed_row
 	int64_t lease_token;
 	int attempts; /* this claim included */
 	long lease_ms_left;
-	long timeout_ms; /* the topic's processing_timeout */
+	long lease_ms;          /* the topic's processing_lease */
+	long timeout_ms;        /* the topic's processing_timeout */
+	long max_payload_bytes; /* the topic's limit, also on an HTTP processor's answer */
 	processor_kind kind;
 	char *topic;
 	char *idempotency_key;
@@ -45,6 +49,7 @@ typedef enum
 	OUTCOME_FAILED,    /* attempt counted, back to pending after a backoff */
 	OUTCOME_DEAD,      /* last attempt failed: in dead_letters */
 	OUTCOME_REFUSED,   /* lease lost or run out: nothing written */
+	OUTCOME_RELEASED,  /* given back unstarted, without spending an attempt */
 	OUTCOME_UNKNOWN    /* the database call failed: the lease expiry will return it */
 } row_outcome;
 
@@ -55,28 +60,32 @@ typedef struct attempt_result
 	char *payload; /* NULL when error is set */
 	size_t payload_len;
 	char *error;
-	row_outcome outcome; /* filled in by finish_attempts / run_sql_processors */
+	row_outcome outcome; /* filled in by finish_attempts / run_sql_batch */
 	char *detail;        /* why, unless processed */
+	bool timed_out;      /* a SQL processor cancelled by its statement timeout */
 } attempt_result;
 
 /*
- * Claims up to max_rows rows with a lease each. Returns the number claimed (0..max_rows)
- * and sets *rows (free with free_claimed_rows), or -1 on a database error (logged).
+ * Claims up to max_rows rows of topics with a `kind` processor, with a lease each. Returns
+ * the number claimed (0..max_rows) and sets *rows (free with free_claimed_rows), or -1 on a
+ * database error (logged).
  */
-int claim_rows_to_process(PGconn *db, int max_rows, claimed_row **rows);
+int claim_rows_to_process(PGconn *db, int max_rows, processor_kind kind, claimed_row **rows);
 void free_claimed_rows(claimed_row *rows, int n);
 
 /* Returns rows whose lease ran out to the pool; the number returned, or -1 (logged). */
 int expire_processing_leases(PGconn *db);
 
 /*
- * Runs the SQL processors of results[i].row in one call, each row in its own
- * subtransaction, and fills in each outcome. A call cut off by statement_timeout_ms (a
- * processor outliving the lease) leaves every row UNKNOWN and returns false with
- * *timed_out set; other database errors too, without it.
+ * Runs the SQL processors of results[i].row in one transaction that holds every row from
+ * the start, one statement per row with a statement timeout of that row's lease plus a
+ * second, so a processor that hangs is cancelled alone (a failed attempt of its own row)
+ * and each row's lease starts when its processor does. Rows not started when *stop is set
+ * are released. Fills in each outcome once the transaction committed. False when the
+ * database failed (logged): nothing of the batch is written, and its rows, but the one
+ * whose statement failed, are released.
  */
-bool run_sql_processors(PGconn *db, attempt_result *results, int n, long statement_timeout_ms,
-						bool *timed_out);
+bool run_sql_batch(PGconn *db, attempt_result *results, int n, const volatile sig_atomic_t *stop);
 
 /* Hands HTTP processors' results to the database in one call; fills in their outcomes. */
 bool finish_attempts(PGconn *db, attempt_result *const *results, int n);
