@@ -23,6 +23,11 @@ def fleet(tmp_path, kafka_bootstrap):
     f.stop_all()
 
 
+def kafka_config(admin, topic):
+    [future] = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    return {k: v.value for k, v in future.result(10).items()}
+
+
 def body_size(request):
     return len(request["body"]) if "body" in request else len(request["body_base64"]) * 3 // 4
 
@@ -64,19 +69,22 @@ def test_the_largest_record_enqueue_accepts_reaches_its_destination_through_retr
         dest.stop()
 
 
-def refused_hand_off_goes_to_the_dlq_by_reference(fleet, dest, topic, name, worker_args=()):
+def refused_hand_off_goes_to_the_dlq_by_reference(fleet, dest, topic, name, worker_args=(),
+                                                   before_enqueue=lambda: None):
     """Enqueues a 300 kB record and a small one, lets the destination refuse the first
     attempt, and checks that the big copy's hand-off, which Kafka refuses as too large,
     lands in dead_letters by reference while the small record is delivered behind it."""
     big, small = f"big-{topic}", f"small-{topic}"
+    consumer = fleet.start("consume", *worker_args)
+    fleet.start("dlq")
+    consumer.wait_ready()
     with connect() as conn:
+        wait_published(conn)
+        before_enqueue()
         conn.execute("SELECT wal_enqueue(%s, %s::bytea, %s)", (topic, b"y" * 300_000, big))
         wait_all_stored(conn, topic, 1, timeout=60)
         outbox_id = conn.execute("SELECT id FROM wal_delivery.outbox WHERE topic = %s"
                                  " AND idempotency_key = %s", (topic, big)).fetchone()[0]
-    consumer = fleet.start("consume", *worker_args)
-    fleet.start("dlq")
-    consumer.wait_ready()
     wait_until(lambda: dlq_entries(topic), 60, what="the refused hand-off in dead_letters")
     [(key, origin, destination, entry_outbox_id, payload_bytes, error)] = dlq_entries(topic)
     assert (key, origin, destination, entry_outbox_id, payload_bytes) == (big, "delivery", name, outbox_id, 0)
@@ -102,14 +110,20 @@ def test_a_hand_off_the_broker_refuses_as_too_large_goes_to_the_dlq_by_reference
         make_topic(conn, topic)
         add_destination(conn, name, dest.url + "/in", [topic], retry_jitter=0)
         wait_published(conn)
-        # Hold the reconciler's periodic round, which would set the limit back.
+        # Hold the reconciler's periodic round, which would set the limit back (a config
+        # change would too: the limit is lowered once the workers are up).
         conn.execute("ALTER SYSTEM SET wal_delivery.reconcile_interval = '1h'")
         conn.execute("SELECT pg_reload_conf()")
-    try:
-        time.sleep(2)
+    def lower_the_limit():
+        time.sleep(2)  # the reload's round is over
         [future] = admin.incremental_alter_configs([step1]).values()
         future.result(20)
-        refused_hand_off_goes_to_the_dlq_by_reference(fleet, dest, topic, name)
+        wait_until(lambda: kafka_config(admin, "wal_delivery.retry.1")["max.message.bytes"] == "100000",
+                   30, what="retry step 1's lowered limit")
+
+    try:
+        refused_hand_off_goes_to_the_dlq_by_reference(fleet, dest, topic, name,
+                                                      before_enqueue=lower_the_limit)
     finally:
         with connect() as conn:
             conn.execute("ALTER SYSTEM RESET wal_delivery.reconcile_interval")
