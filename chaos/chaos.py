@@ -137,6 +137,18 @@ class Env:
     def broker_pid(self, n):
         return int(Path(self.dir, "kafka", f"n{n}.pid").read_text())
 
+    def kafka_start(self, n):
+        """tests/env kafka-start, tried again while the broker cannot bind its port (another
+        process took it while the broker was down) or does not come up."""
+        for attempt in range(4):
+            try:
+                return self.cmd("kafka-start", str(n), timeout=240)
+            except RuntimeError as e:
+                if attempt == 3:
+                    raise
+                log(f"broker {n} did not start ({str(e)[-120:]}); trying again in 5 s")
+                time.sleep(5)
+
     def broker_alive(self, n):
         try:
             os.kill(self.broker_pid(n), 0)
@@ -292,7 +304,9 @@ class Worker:
         self.exits = []  # (time, code, planned)
 
     def start(self):
-        self.port = free_port()
+        # The admin port stays the same across restarts: a fresh free port could be the one
+        # a broker killed a moment ago must bind again.
+        self.port = self.port or free_port()
         self.starts += 1
         extra = ["--listen", f"127.0.0.1:{self.listen}"] if self.listen else []
         user = "chaos_ingest" if self.role == "ingest" else "chaos_admin"
@@ -471,7 +485,7 @@ class Faults:
                 rec["start"] = time.time()
                 self.env.cmd("kafka-kill", str(n))
                 time.sleep(down)
-                self.env.cmd("kafka-start", str(n), timeout=240)
+                self.env.kafka_start(n)
         self.window("infra", "broker kill -9", f"broker {n}", fn)
 
     def broker_stop(self, n, secs):
@@ -499,7 +513,7 @@ class Faults:
 
                 def start(n):
                     try:
-                        self.env.cmd("kafka-start", str(n), timeout=240)
+                        self.env.kafka_start(n)
                     except Exception as e:
                         errors.append(str(e))
                 ts = [threading.Thread(target=start, args=(n,)) for n in pair]
@@ -718,7 +732,10 @@ def heal(env, faults, dests):
     for n in (1, 2, 3):
         if not env.broker_alive(n):
             log(f"broker {n} is down after the faults; starting it")
-            env.cmd("kafka-start", str(n), timeout=240, check=False)
+            try:
+                env.kafka_start(n)
+            except RuntimeError as e:
+                log(f"broker {n} could not be started again: {e}")
         try:
             os.kill(env.broker_pid(n), signal.SIGCONT)
         except OSError:
