@@ -133,6 +133,11 @@ VALID = {
         "SELECT secret_access_key FROM wal_delivery.archive_credentials",
         "UPDATE wal_delivery.archive_credentials SET session_token = NULL",
         "DELETE FROM wal_delivery.archive_credentials"],
+    "ingest token create, revoke, delete": [
+        f"SELECT wal_delivery.create_ingest_token('adm-tok-{U}', ARRAY['{TOPIC}'])",
+        f"UPDATE wal_delivery.ingest_tokens SET topics = ARRAY['*'] WHERE name = 'adm-tok-{U}'",
+        f"UPDATE wal_delivery.ingest_tokens SET revoked_at = now() WHERE name = 'adm-tok-{U}'",
+        f"DELETE FROM wal_delivery.ingest_tokens WHERE name = 'adm-tok-{U}'"],
     "forced delete of a topic with undelivered records": [
         "INSERT INTO wal_delivery.topics (name, partitions, replication_factor, min_insync_replicas,"
         f" processor_kind, processor) VALUES ('adm.f.{U}', 1, 1, 1, 'sql', 'adm_test.ident')",
@@ -269,6 +274,12 @@ CHECKS = [
     ("archive max run time", settings("archive_max_run_time = '0 seconds'"), "23514"),
     ("archive batch rows", settings("archive_batch_rows = 0"), "23514"),
     ("archive batch bytes", settings("archive_batch_bytes = 10"), "23514"),
+    # ingest_tokens: check_ingest_token, the table's CHECK
+    ("ingest token name", "SELECT wal_delivery.create_ingest_token('bad name!', ARRAY['*'])", "42602"),
+    ("ingest token topics", f"SELECT wal_delivery.create_ingest_token('adm-badtok-{U}', ARRAY['bad topic!'])",
+     "23514"),
+    ("ingest token hash length", "INSERT INTO wal_delivery.ingest_tokens (name, token_sha256)"
+     f" VALUES ('adm-badtok-{U}', '\\x00')", "23514"),
     # archive_credentials: the table's CHECKs
     ("archive credentials key id", "INSERT INTO wal_delivery.archive_credentials"
      " (access_key_id, secret_access_key) VALUES ('', 'secret')", "23514"),
@@ -336,7 +347,7 @@ VIEWS = ["outbox", "dead_letters", "config_version", "backlog", "unresolved_dead
          "config_status", "kafka_topics", "reconcile_status", "destination_pauses",
          "destination_step_stats", "destination_status", "processing_status", "my_records",
          "topics", "destinations", "destination_secrets", "subscriptions", "settings",
-         "archive_credentials"]
+         "archive_credentials", "ingest_tokens"]
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -447,7 +458,7 @@ DENIED = [
     "INSERT INTO wal_delivery.archive_credentials (access_key_id, secret_access_key) VALUES ('a', 'b')",
     *[f"SELECT * FROM wal_delivery.{v}" for v in VIEWS if v not in (
         "topics", "destinations", "destination_secrets", "subscriptions", "settings", "archive_credentials",
-        "my_records")],
+        "my_records", "ingest_tokens")],
     "UPDATE wal_delivery.dead_letters SET resolution = 'x'",
     "SELECT wal_delivery.inspect_dead_letter(1)",
     "SELECT wal_delivery.replay_dead_letter(1)",
@@ -465,6 +476,8 @@ DENIED = [
     "SELECT * FROM wal_delivery.run_sql_processor('{1}', '{1}')",
     "SELECT * FROM wal_delivery.claim_ready_to_ship(1)",
     "CALL wal_delivery.purge_finished(1, 1)",
+    "SELECT * FROM wal_delivery.ingest_tokens",
+    "SELECT wal_delivery.create_ingest_token('x', ARRAY['*'])",
 ]
 
 
