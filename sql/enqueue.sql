@@ -92,7 +92,7 @@ SELECT h AS reserved, (regress.try(format($$SELECT wal_enqueue('orders.events', 
                                          jsonb_build_object('trace-id', 'abc', h, 'x')))).*
   FROM unnest(ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
                     'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
-                    'step-jitter-ms', 'not-before', 'last-error', 'dead-reason',
+                    'step-jitter-ms', 'not-before', 'last-error', 'dead-reason', 'payload-omitted',
                     'Idempotency-Key', 'CONTENT-TYPE', 'Last-Error']) h;
 -- Names are HTTP tokens; values are strings without control characters; at most 64 headers.
 SELECT name, (regress.try(format($$SELECT wal_enqueue('orders.events', '{}'::jsonb, headers => %L)$$,

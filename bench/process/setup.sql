@@ -10,7 +10,7 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT payload $$;
 -- the processor runs as the processing role, which needs the schema.
 DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bench_proc_worker') THEN
-        CREATE ROLE bench_proc_worker LOGIN IN ROLE wal_delivery_admin;
+        CREATE ROLE bench_proc_worker LOGIN IN ROLE wal_delivery_worker;
     END IF;
 END $$;
 GRANT USAGE ON SCHEMA bench_proc TO wal_delivery_processor;

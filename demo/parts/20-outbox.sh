@@ -8,8 +8,8 @@ INSERT INTO wal_delivery.topics (name, partitions, replication_factor, min_insyn
 VALUES ('orders.events', 1, 1, 1);
 INSERT INTO wal_delivery.destinations (name, endpoint) VALUES ('sample-destination', :'dest');
 INSERT INTO wal_delivery.subscriptions (topic, destination) VALUES ('orders.events', 'sample-destination');
--- The workers log in as this role: a member of wal_delivery_admin, never a superuser.
-CREATE ROLE wal_worker LOGIN IN ROLE wal_delivery_admin;
+-- The workers log in as this role: a member of wal_delivery_worker (their least rights), never a superuser.
+CREATE ROLE wal_worker LOGIN IN ROLE wal_delivery_worker;
 SELECT name, acks, partitions, retention FROM wal_delivery.topics;
 SELECT topic, destination FROM wal_delivery.subscriptions;
 SQL

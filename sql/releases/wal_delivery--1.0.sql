@@ -962,6 +962,16 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Only unresolved dead letters are replayed.';
     END IF;
+    IF r.origin = 'delivery' AND r.headers->>'payload-omitted' = 'true' THEN
+        -- Handed over by reference because Kafka refused the whole copy as too large: a
+        -- replay through the retry steps would be refused the same way.
+        RAISE EXCEPTION 'dead letter % cannot be replayed: its payload was too large for a retry step and is not stored here', p_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('The record is outbox row %s and in Kafka at %s partition %s offset %s. '
+                                'Deliver it another way, then resolve the entry with wal_delivery.resolve_dead_letter.',
+                                coalesce(r.outbox_id::text, '(none)'), coalesce(r.headers->>'source-topic', r.topic),
+                                coalesce(r.headers->>'source-partition', '?'), coalesce(r.headers->>'source-offset', '?'));
+    END IF;
     IF r.origin = 'delivery' THEN
         IF r.destination IS NULL OR NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = r.destination) THEN
             RAISE EXCEPTION 'dead letter % cannot be replayed: its destination "%" no longer exists', p_id, r.destination
@@ -1005,6 +1015,7 @@ BEGIN
     FOR v_id IN
         SELECT id FROM wal_delivery.dead_letters
          WHERE resolved_at IS NULL AND replay_requested_at IS NULL
+           AND coalesce(headers->>'payload-omitted', '') <> 'true'  -- only one by one, refused with why
            AND (p_destination IS NULL OR destination = p_destination)
            AND (p_topic IS NULL OR topic = p_topic)
            AND (p_failed_after IS NULL OR failed_at >= p_failed_after)
@@ -1156,7 +1167,7 @@ CREATE FUNCTION wal_delivery.reserved_header_names() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
                  'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
-                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason']
+                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason', 'payload-omitted']
 $$;
 
 -- The record limit of a topic. Every copy of a record must fit under Kafka's message limit:
@@ -3157,3 +3168,49 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.ingest_tokens TO wal_delive
 GRANT EXECUTE ON FUNCTION wal_delivery.create_ingest_token(text, text[]),
                           wal_delivery.ingest_config()
     TO wal_delivery_admin;
+
+------------------------------------------------------------------------------ workers
+
+-- wal_delivery_worker: what `wal-worker consume|retry|dlq|process` log in as (through a
+-- LOGIN member, never a superuser). Exactly the routines the workers call and the one
+-- table the pause state reads: no config table, no S3 credentials, no enqueue. The
+-- config document (worker_config) carries the signing secrets the deliveries need.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_worker') THEN
+        CREATE ROLE wal_delivery_worker NOLOGIN;
+    END IF;
+END $$;
+GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_worker;
+-- The process role runs SQL processors under SET LOCAL ROLE processing_role.
+GRANT wal_delivery_processor TO wal_delivery_worker;
+GRANT SELECT ON wal_delivery.destination_pauses TO wal_delivery_worker;
+GRANT EXECUTE ON FUNCTION
+    wal_delivery.worker_config(),
+    -- retry and consume: the shared pause, the probe, the step counters
+    wal_delivery.pause_destination(text, integer, text, interval),
+    wal_delivery.claim_probe(text, text, interval),
+    wal_delivery.finish_probe(text, text, text, text, interval),
+    wal_delivery.report_step_stats(text, jsonb),
+    -- dlq: ingestion, alerts, replays
+    wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint, text, bytea,
+                                    integer, text, jsonb),
+    wal_delivery.dead_letters_to_alert(integer),
+    wal_delivery.mark_dead_letter_alerted(bigint),
+    wal_delivery.dead_letters_to_replay(integer),
+    wal_delivery.complete_replay(bigint),
+    -- process: leases, holding, results
+    wal_delivery.expire_processing_leases(integer),
+    wal_delivery.claim_for_processor(integer, text),
+    wal_delivery.hold_processing_rows(bigint[], bigint[]),
+    wal_delivery.run_sql_processor_row(bigint, bigint),
+    wal_delivery.release_processing_rows(bigint[], bigint[]),
+    wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
+    -- what run_sql_processor_row, which runs with the worker's rights (it must SET ROLE),
+    -- calls for its row
+    wal_delivery.start_processing_row(bigint, bigint),
+    wal_delivery.processing_role_problem(text),
+    wal_delivery.processing_session_problem(),
+    wal_delivery.processed_payload_problem(bytea, text, integer),
+    wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
+    TO wal_delivery_worker;

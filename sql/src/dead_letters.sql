@@ -159,6 +159,16 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Only unresolved dead letters are replayed.';
     END IF;
+    IF r.origin = 'delivery' AND r.headers->>'payload-omitted' = 'true' THEN
+        -- Handed over by reference because Kafka refused the whole copy as too large: a
+        -- replay through the retry steps would be refused the same way.
+        RAISE EXCEPTION 'dead letter % cannot be replayed: its payload was too large for a retry step and is not stored here', p_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = format('The record is outbox row %s and in Kafka at %s partition %s offset %s. '
+                                'Deliver it another way, then resolve the entry with wal_delivery.resolve_dead_letter.',
+                                coalesce(r.outbox_id::text, '(none)'), coalesce(r.headers->>'source-topic', r.topic),
+                                coalesce(r.headers->>'source-partition', '?'), coalesce(r.headers->>'source-offset', '?'));
+    END IF;
     IF r.origin = 'delivery' THEN
         IF r.destination IS NULL OR NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = r.destination) THEN
             RAISE EXCEPTION 'dead letter % cannot be replayed: its destination "%" no longer exists', p_id, r.destination
@@ -202,6 +212,7 @@ BEGIN
     FOR v_id IN
         SELECT id FROM wal_delivery.dead_letters
          WHERE resolved_at IS NULL AND replay_requested_at IS NULL
+           AND coalesce(headers->>'payload-omitted', '') <> 'true'  -- only one by one, refused with why
            AND (p_destination IS NULL OR destination = p_destination)
            AND (p_topic IS NULL OR topic = p_topic)
            AND (p_failed_after IS NULL OR failed_at >= p_failed_after)

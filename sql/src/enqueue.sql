@@ -28,7 +28,7 @@ CREATE FUNCTION wal_delivery.reserved_header_names() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
                  'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
-                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason']
+                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason', 'payload-omitted']
 $$;
 
 -- The record limit of a topic. Every copy of a record must fit under Kafka's message limit:

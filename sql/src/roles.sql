@@ -165,3 +165,49 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON wal_delivery.ingest_tokens TO wal_delive
 GRANT EXECUTE ON FUNCTION wal_delivery.create_ingest_token(text, text[]),
                           wal_delivery.ingest_config()
     TO wal_delivery_admin;
+
+------------------------------------------------------------------------------ workers
+
+-- wal_delivery_worker: what `wal-worker consume|retry|dlq|process` log in as (through a
+-- LOGIN member, never a superuser). Exactly the routines the workers call and the one
+-- table the pause state reads: no config table, no S3 credentials, no enqueue. The
+-- config document (worker_config) carries the signing secrets the deliveries need.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_worker') THEN
+        CREATE ROLE wal_delivery_worker NOLOGIN;
+    END IF;
+END $$;
+GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_worker;
+-- The process role runs SQL processors under SET LOCAL ROLE processing_role.
+GRANT wal_delivery_processor TO wal_delivery_worker;
+GRANT SELECT ON wal_delivery.destination_pauses TO wal_delivery_worker;
+GRANT EXECUTE ON FUNCTION
+    wal_delivery.worker_config(),
+    -- retry and consume: the shared pause, the probe, the step counters
+    wal_delivery.pause_destination(text, integer, text, interval),
+    wal_delivery.claim_probe(text, text, interval),
+    wal_delivery.finish_probe(text, text, text, text, interval),
+    wal_delivery.report_step_stats(text, jsonb),
+    -- dlq: ingestion, alerts, replays
+    wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint, text, bytea,
+                                    integer, text, jsonb),
+    wal_delivery.dead_letters_to_alert(integer),
+    wal_delivery.mark_dead_letter_alerted(bigint),
+    wal_delivery.dead_letters_to_replay(integer),
+    wal_delivery.complete_replay(bigint),
+    -- process: leases, holding, results
+    wal_delivery.expire_processing_leases(integer),
+    wal_delivery.claim_for_processor(integer, text),
+    wal_delivery.hold_processing_rows(bigint[], bigint[]),
+    wal_delivery.run_sql_processor_row(bigint, bigint),
+    wal_delivery.release_processing_rows(bigint[], bigint[]),
+    wal_delivery.finish_processing_batch(bigint[], bigint[], bytea[], text[]),
+    -- what run_sql_processor_row, which runs with the worker's rights (it must SET ROLE),
+    -- calls for its row
+    wal_delivery.start_processing_row(bigint, bigint),
+    wal_delivery.processing_role_problem(text),
+    wal_delivery.processing_session_problem(),
+    wal_delivery.processed_payload_problem(bytea, text, integer),
+    wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
+    TO wal_delivery_worker;

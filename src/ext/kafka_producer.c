@@ -192,7 +192,7 @@ is_reserved_header(const char *name)
 	static const char *const reserved[] = {
 		"idempotency-key",  "outbox-id",     "source-topic", "content-type", "created-at",
 		"source-partition", "source-offset", "destination",  "attempt",      "step-entered-at",
-		"step-jitter-ms",   "not-before",    "last-error",   "dead-reason"};
+		"step-jitter-ms",   "not-before",    "last-error",   "dead-reason",  "payload-omitted"};
 
 	for (size_t i = 0; i < lengthof(reserved); i++)
 		if (pg_strcasecmp(name, reserved[i]) == 0)

@@ -19,6 +19,19 @@ WORKER = os.environ.get("WAL_WORKER_BIN") or str(Path(__file__).resolve().parent
 
 
 PEER_TOKEN = "test-peer-token-7f3a"
+# The login the delivery workers use: a member of wal_delivery_worker, never a superuser.
+WORKER_LOGIN = "wal_worker"
+WORKER_ROLES = ("consume", "retry", "dlq", "process")
+
+
+def ensure_worker_login():
+    """The workers' login role (cluster-wide, so created once and kept)."""
+    from relay_helpers import ensure_extension
+    ensure_extension()
+    with connect() as conn:
+        conn.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{WORKER_LOGIN}')"
+                     f" THEN CREATE ROLE {WORKER_LOGIN} LOGIN; END IF; END $$")
+        conn.execute(f"GRANT wal_delivery_worker TO {WORKER_LOGIN}")
 
 
 def free_port():
@@ -41,9 +54,15 @@ class Worker:
         if conninfo:
             cmd += ["--db", conninfo]
         self.log = open(self.log_path, "w")
-        # Every worker of a test shares the peer token, as a fleet does.
+        # Every worker of a test shares the peer token, as a fleet does, and logs in with
+        # the workers' least rights unless the test says otherwise (PGUSER, user= in --db).
+        login = {}
+        if role in WORKER_ROLES:
+            ensure_worker_login()
+            login = {"PGUSER": WORKER_LOGIN}
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "WAL_PEER_TOKEN": PEER_TOKEN, **(env or {})})
+                                     env={**os.environ, "WAL_PEER_TOKEN": PEER_TOKEN, **login,
+                                          **(env or {})})
 
     def url(self, path):
         return f"http://127.0.0.1:{self.admin_port}{path}"

@@ -26,7 +26,7 @@ CREATE TRIGGER process_audit AFTER UPDATE OF state ON wal_delivery.outbox FOR EA
 """
 
 
-# The login the process workers of the tests run as: a member of wal_delivery_admin and
+# The login the process workers of the tests run as: a member of wal_delivery_worker and
 # nothing more, as operations.md asks (the worker refuses to run as a superuser). SQL
 # processors run as wal_delivery_processor, which gets the test schema proc_test.
 WORKER_ROLE = "proc_worker"
@@ -34,7 +34,8 @@ WORKER_ROLE = "proc_worker"
 
 def ensure_worker_role(conn):
     conn.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{WORKER_ROLE}')"
-                 f" THEN CREATE ROLE {WORKER_ROLE} LOGIN IN ROLE wal_delivery_admin; END IF; END $$")
+                 f" THEN CREATE ROLE {WORKER_ROLE} LOGIN; END IF; END $$")
+    conn.execute(f"GRANT wal_delivery_worker TO {WORKER_ROLE}")
     conn.execute("CREATE SCHEMA IF NOT EXISTS proc_test")
     conn.execute("GRANT USAGE ON SCHEMA proc_test TO wal_delivery_processor")
     conn.execute("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA proc_test TO wal_delivery_processor")

@@ -5,6 +5,7 @@ the destination), and a hand-off Kafka refuses as too large goes to the DLQ by r
 being tried again forever while its partition's offset stands still."""
 import time
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -91,6 +92,15 @@ def refused_hand_off_goes_to_the_dlq_by_reference(fleet, dest, topic, name, work
     assert "too large" in error.lower()
     assert f"{topic} partition 0 offset 0" in error
     assert consumer.metric("wal_handoff_too_large_total") >= 1
+    # Its payload is not stored: a replay through the retry steps would be refused again,
+    # so on-call is told where the record is instead of getting an empty delivery.
+    with connect() as conn:
+        entry = conn.execute("SELECT id FROM wal_delivery.dead_letters WHERE topic = %s", (topic,)).fetchone()[0]
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT wal_delivery.replay_dead_letter(%s)", (entry,))
+        assert refused.value.sqlstate == "55000"
+        assert f"outbox row {outbox_id}" in refused.value.diag.message_hint
+        assert conn.execute("SELECT wal_delivery.replay_dead_letters(p_topic => %s)", (topic,)).fetchone()[0] == 0
     # The partition moved on: the record behind it is delivered.
     with connect() as conn:
         conn.execute("SELECT wal_enqueue(%s, 'after'::text, %s)", (topic, small))

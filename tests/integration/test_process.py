@@ -110,7 +110,7 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
         transform.stop()
 
 
-def test_the_worker_needs_no_more_than_the_admin_role(tmp_path, kafka_bootstrap, unique, workers):
+def test_the_worker_needs_no_more_than_the_worker_role(tmp_path, kafka_bootstrap, unique, workers):
     topic, http_topic = f"proc.role.{unique}", f"proc.role.http.{unique}"
     transform = TransformServer()
     try:
@@ -600,7 +600,7 @@ def test_the_worker_refuses_to_run_as_a_superuser(tmp_path, unique, workers):
     # next reconnect.
     role = f"proc_becomes_su_{unique}"
     with connect() as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE wal_delivery_admin")
+        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE wal_delivery_worker")
         try:
             w = start(workers, tmp_path, "later", user=role)
             w.wait_ready(30)
