@@ -109,6 +109,36 @@ def jsonl(path):
     return open(path, "a", buffering=1)
 
 
+# libpq's connection variables: the run's own processes connect where it says. PGBIN and
+# PG_CONFIG stay (tests/pg-prefix): they choose the Postgres the environment runs.
+LIBPQ_VARS = {"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE",
+              "PGOPTIONS", "PGAPPNAME", "PGSSLMODE", "PGCONNECT_TIMEOUT"}
+
+
+def child_env(**extra):
+    return {**{k: v for k, v in os.environ.items() if k not in LIBPQ_VARS}, **extra}
+
+
+def build_fingerprint():
+    """What the run executes: the extension's library and install script as the server
+    finds them, and wal-worker. On a machine where several checkouts `make install`, a
+    change during a run (a restarted server loads the new library) invalidates it."""
+    import hashlib
+    pgbin = os.environ.get("PGBIN") or subprocess.run(["pg_config", "--bindir"], capture_output=True,
+                                                     text=True).stdout.strip()
+    pg_config = str(Path(pgbin) / "pg_config") if Path(pgbin, "pg_config").exists() else "pg_config"
+    ask = lambda flag: subprocess.run([pg_config, flag], capture_output=True, text=True).stdout.strip()
+    files = [Path(ask("--pkglibdir")) / "wal_delivery.so",
+             Path(ask("--sharedir")) / "extension" / "wal_delivery--1.0.sql", Path(WORKER)]
+    out = {}
+    for f in files:
+        try:
+            out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+        except OSError:
+            out[str(f)] = None
+    return out
+
+
 # ------------------------------------------------------------------ environment
 class Env:
     """A tests/env environment of our own (3 brokers), in its own WAL_ENV_DIR."""
@@ -118,8 +148,7 @@ class Env:
         self.settings = {}
 
     def cmd(self, *args, check=True, timeout=300):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["WAL_ENV_DIR"] = self.dir
+        env = child_env(WAL_ENV_DIR=self.dir)
         out = subprocess.run([str(ENV), *args], capture_output=True, text=True, env=env, timeout=timeout)
         if check and out.returncode != 0:
             raise RuntimeError(f"tests/env {' '.join(args)} failed: {out.stderr.strip()[-800:]}")
@@ -317,8 +346,7 @@ class Worker:
         logf = open(self.out / "workers" / f"{self.name}.log", "a")
         logf.write(f"===== chaos: start {self.starts} at {time.time():.3f}: {' '.join(cmd)}\n")
         logf.flush()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["WAL_PEER_TOKEN"] = PEER_TOKEN
+        env = child_env(WAL_PEER_TOKEN=PEER_TOKEN)
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
         self.planned_exit, self.restart_at, self.exit_seen = False, None, False
@@ -929,6 +957,7 @@ def main():
     s3 = dests = sup = sampler = gen = haproxy = None
     verdict_ok = False
     try:
+        run["build_before"] = build_fingerprint()
         env.up()
         log(f"environment up: Postgres :{env.settings['PGPORT']}, Kafka {env.settings['KAFKA_BOOTSTRAP']}")
         # s3_helpers comes from the integration tests; its conftest needs these set.
@@ -1007,6 +1036,7 @@ def main():
         run["unplanned_exits"] = sup.unplanned_exits()
         run["worker_starts"] = {w.name: w.starts for w in sup.workers.values()}
         run["ended"] = time.time()
+        run["build_after"] = build_fingerprint()
         (out / "run.json").write_text(json.dumps(run, indent=1))
         try:
             collect(env, s3, out)

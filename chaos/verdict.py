@@ -386,6 +386,14 @@ def judge(d):
                         f" pg_cron runs {dict(runs)}"
                         + (f"; {len(old_enough)} old enough were not archived" if old_enough and not archived else "")))
 
+    # ---- the build under test did not change during the run
+    before, after = run.get("build_before") or {}, run.get("build_after") or {}
+    changed = [f for f in before if before.get(f) != after.get(f)]
+    checks.append(check("same_build", bool(before) and not changed,
+                        f"extension library, install script and wal-worker unchanged ({', '.join(before)})"
+                        if before and not changed else
+                        f"CHANGED during the run (another checkout's make install?): {changed or 'not recorded'};"
+                        " a restarted server or worker ran other code, so this run proves nothing about one build"))
     figures["per_destination"] = {d: dict(c) for d, c in per_dest.items()}
     figures["lost"] = lost[:200]
     (Path(d) / "verdict.json").write_text(json.dumps({"checks": checks, "figures": figures}, indent=1, default=str))
