@@ -43,9 +43,9 @@ SELECT sqlstate, replace(message, :'regress_superuser', '<superuser>') AS messag
   FROM regress.try(format('UPDATE wal_delivery.settings SET processing_role = %L', :'regress_superuser'));
 CREATE ROLE regress_proc_unreachable NOLOGIN;
 CREATE ROLE regress_proc_creates NOLOGIN CREATEROLE;
-GRANT regress_proc_creates TO wal_delivery_admin;
+GRANT regress_proc_creates TO wal_delivery_worker;
 CREATE ROLE regress_proc_files NOLOGIN IN ROLE pg_read_server_files;
-GRANT regress_proc_files TO wal_delivery_admin;
+GRANT regress_proc_files TO wal_delivery_worker;
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_unreachable'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_creates'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_files'$$);

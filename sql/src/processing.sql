@@ -388,7 +388,7 @@ END $$;
 -- Why role p_role cannot be the processing role, or NULL when it can: it must exist, must
 -- not be a superuser or able to make itself one (CREATEROLE, or a member of a predefined
 -- role that reads or writes server files or runs programs), and the workers (members of
--- wal_delivery_admin) must be able to SET ROLE to it.
+-- wal_delivery_worker) must be able to SET ROLE to it.
 CREATE FUNCTION wal_delivery.processing_role_problem(p_role text) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -408,8 +408,8 @@ BEGIN
           OR pg_has_role(r.oid, 'pg_write_server_files', 'MEMBER')
           OR pg_has_role(r.oid, 'pg_read_server_files', 'MEMBER') THEN
         RETURN format('role "%s" may read or write server files or run server programs', p_role);
-    ELSIF NOT pg_has_role('wal_delivery_admin', r.oid, 'MEMBER') THEN
-        RETURN format('wal_delivery_admin is not a member of role "%s", so the workers cannot SET ROLE to it', p_role);
+    ELSIF NOT pg_has_role('wal_delivery_worker', r.oid, 'MEMBER') THEN
+        RETURN format('wal_delivery_worker is not a member of role "%s", so the workers cannot SET ROLE to it', p_role);
     END IF;
     RETURN NULL;
 END $$;
@@ -428,7 +428,7 @@ BEGIN
     IF problem IS NOT NULL THEN
         PERFORM wal_delivery.refuse_setting('processing_role must be a role SQL processors may run as: ' || problem,
             NEW.processing_role,
-            'Use a plain NOLOGIN role that wal_delivery_admin is a member of, like the default wal_delivery_processor (GRANT my_role TO wal_delivery_admin), and grant it what the processors need.');
+            'Use a plain NOLOGIN role that wal_delivery_worker is a member of, like the default wal_delivery_processor (GRANT my_role TO wal_delivery_worker), and grant it what the processors need.');
     END IF;
     RETURN NEW;
 END $$;

@@ -665,7 +665,7 @@ def test_a_processing_role_that_became_a_superuser_fails_the_attempt(tmp_path, u
     topic = f"proc.badrole.{unique}"
     with connect() as conn:
         conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        conn.execute(f"GRANT {role} TO wal_delivery_admin")
+        conn.execute(f"GRANT {role} TO wal_delivery_worker")
         conn.execute(f"GRANT USAGE ON SCHEMA proc_test TO {role}")
         try:
             conn.execute("UPDATE wal_delivery.settings SET processing_role = %s", (role,))
