@@ -135,12 +135,14 @@ def test_demo_runs_to_its_end_state_beside_a_second_demo_and_both_stop_cleanly(t
         out = first.output()
         assert_end_state(out)
         assert_lists_every_log(out, first.env_dir)
-        # Every worker logged in as a LOGIN role of wal_delivery_admin, not a superuser.
+        # Every worker logged in as a LOGIN role of wal_delivery_worker (the workers' least
+        # rights), neither a superuser nor an admin.
         logins = first.psql("SELECT string_agg(DISTINCT a.application_name || ':' || a.usename || ':'"
-                            " || r.rolsuper || ':' || pg_has_role(r.oid, 'wal_delivery_admin', 'member'), ',')"
+                            " || r.rolsuper || ':' || pg_has_role(r.oid, 'wal_delivery_worker', 'member')"
+                            " || ':' || pg_has_role(r.oid, 'wal_delivery_admin', 'member'), ',')"
                             " FROM pg_stat_activity a JOIN pg_roles r ON r.rolname = a.usename"
                             " WHERE a.application_name LIKE 'wal-worker %'")
-        assert sorted(logins.split(",")) == [f"wal-worker {role}:wal_worker:false:true"
+        assert sorted(logins.split(",")) == [f"wal-worker {role}:wal_worker:false:true:false"
                                              for role in ("consume", "dlq", "process", "retry")]
         running = first.processes()
 
