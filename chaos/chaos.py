@@ -287,20 +287,45 @@ def configure(env, dest_urls, s3, ingest):
 # ------------------------------------------------------------------ destinations
 class Destinations:
     def __init__(self, env, out):
-        self.procs, self.urls = {}, {}
+        self.env, self.out = env, out
+        self.procs, self.urls, self.ports = {}, {}, {}
+        self.current, self.restarts = {}, []
+        self.lock = threading.Lock()
         (out / "dest").mkdir()
         for name in DESTINATIONS:
-            p = subprocess.Popen([PY, str(ROOT / "chaos" / "destination.py"), "--log",
-                                  str(out / "dest" / f"{name}.jsonl")], stdout=subprocess.PIPE, text=True,
-                                 stderr=open(out / "dest" / f"{name}.err", "w"))
-            line = p.stdout.readline()
-            if not line.startswith("listening on "):
-                raise RuntimeError(f"destination {name} did not start: {line!r}")
-            env.track(f"chaos-dest-{name}", p.pid)
-            self.procs[name] = p
-            self.urls[name] = f"http://{line.split()[-1]}/{name}"
+            self.spawn(name)
+            self.urls[name] = f"http://127.0.0.1:{self.ports[name]}/{name}"
         self.base = {n: u.rsplit("/", 1)[0] for n, u in self.urls.items()}
-        self.current = {}
+        self.stopping = threading.Event()
+        threading.Thread(target=self.watch, daemon=True).start()
+
+    def spawn(self, name):
+        p = subprocess.Popen([PY, str(ROOT / "chaos" / "destination.py"), "--port", str(self.ports.get(name, 0)),
+                              "--log", str(self.out / "dest" / f"{name}.jsonl")], stdout=subprocess.PIPE, text=True,
+                             stderr=open(self.out / "dest" / f"{name}.err", "a"))
+        line = p.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"destination {name} did not start: {line!r}")
+        self.env.track(f"chaos-dest-{name}", p.pid)
+        self.procs[name] = p
+        self.ports[name] = int(line.split(":")[-1])
+
+    def watch(self):
+        """A destination server that died (it is the harness's, not the system's) is started
+        again on its port with its behaviour; the verdict counts it as a harness failure."""
+        while not self.stopping.wait(1.0):
+            for name, p in list(self.procs.items()):
+                if p.poll() is None or self.stopping.is_set():
+                    continue
+                log(f"HARNESS: destination server {name} exited ({p.returncode}); starting it again")
+                self.restarts.append({"t": time.time(), "destination": name, "code": p.returncode})
+                try:
+                    with self.lock:
+                        self.spawn(name)
+                    if name in self.current:
+                        self.behave(name, self.current[name])
+                except Exception as e:
+                    log(f"HARNESS: destination {name} could not be started again: {e}")
 
     def behave(self, name, behaviour):
         """The destination's whole behaviour from now on (the newest behaviour wins)."""
@@ -314,6 +339,7 @@ class Destinations:
         self.behave(name, STEADY.get(name, {}))
 
     def stop(self):
+        self.stopping.set()
         for p in self.procs.values():
             p.terminate()
         for p in self.procs.values():
@@ -770,7 +796,10 @@ def heal(env, faults, dests):
             pass
     env.connect_when_ready(timeout=120).close()
     for name in DESTINATIONS:
-        dests.steady(name)
+        try:
+            dests.steady(name)
+        except OSError as e:
+            log(f"HARNESS: destination {name} does not answer its control endpoint: {e}")
 
 
 def drain_state(env, sampler):
@@ -1035,6 +1064,7 @@ def main():
         sup.stop_all()
         run["unplanned_exits"] = sup.unplanned_exits()
         run["worker_starts"] = {w.name: w.starts for w in sup.workers.values()}
+        run["destination_restarts"] = dests.restarts
         run["ended"] = time.time()
         run["build_after"] = build_fingerprint()
         (out / "run.json").write_text(json.dumps(run, indent=1))

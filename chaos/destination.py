@@ -26,7 +26,29 @@ _spec.loader.exec_module(sample)
 PROCESSOR_MARK = '"enriched_by"'
 
 
+class HangRelease:
+    """Stands in for the recorder's `stopping` event, which a hanging request waits on:
+    the request is let go (closed without an answer) once the newest behaviour no longer
+    hangs, so hung threads do not pile up over a long run."""
+
+    def __init__(self, recorder):
+        self.recorder, self.stopped = recorder, False
+
+    def wait(self, timeout):
+        time.sleep(timeout)
+        with self.recorder.lock:
+            newest = self.recorder.behaviours[-1] if self.recorder.behaviours else {}
+        return self.stopped or not newest.get("hang")
+
+    def set(self):
+        self.stopped = True
+
+
 class CompactRecorder(sample.Recorder):
+    def __init__(self, log_path):
+        super().__init__(log_path)
+        self.stopping = HangRelease(self)
+
     def record(self, entry):
         pass  # the log is the record; a 30-minute run would not fit in memory
 
@@ -41,7 +63,7 @@ class CompactRecorder(sample.Recorder):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port", type=int, default=0, help="0: a free port (a restart passes the old one)")
     ap.add_argument("--log", required=True)
     args = ap.parse_args()
     sample.Handler.recorder = CompactRecorder(args.log)

@@ -386,6 +386,13 @@ def judge(d):
                         f" pg_cron runs {dict(runs)}"
                         + (f"; {len(old_enough)} old enough were not archived" if old_enough and not archived else "")))
 
+    # ---- the harness's own destination servers ran throughout
+    restarts = run.get("destination_restarts", [])
+    checks.append(check("harness_destinations", not restarts,
+                        "every destination server ran throughout" if not restarts else
+                        "destination servers (the harness's) died and were started again: "
+                        + ", ".join(f"{r['destination']} at +{r['t'] - R.t0:.0f}s" for r in restarts)))
+
     # ---- the build under test did not change during the run
     before, after = run.get("build_before") or {}, run.get("build_after") or {}
     changed = [f for f in before if before.get(f) != after.get(f)]
