@@ -99,7 +99,10 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
         assert transform.count() == 60, "each HTTP row transformed once"
 
         assert w.get("/readyz")[0] == 200 and w.get("/healthz")[0] == 200
-        assert w.metric("wal_process_claimed_total") == 120
+        # A claimed row whose turn comes too late is given back unstarted (no attempt
+        # spent) and claimed again, so claims may exceed rows; each row was processed
+        # exactly once (assert_processed_once above) and each HTTP row transformed once.
+        assert w.metric("wal_process_claimed_total") >= 120
         assert w.metric("wal_process_processed_total", topic=sql_topic) == 60
         assert w.metric("wal_process_processed_total", topic=http_topic) == 60
         assert w.metric("wal_process_batches_total") >= 2
