@@ -207,7 +207,7 @@ class Env:
 SUPERUSER_SQL = """
 CREATE EXTENSION IF NOT EXISTS pg_cron;
 CREATE EXTENSION IF NOT EXISTS wal_delivery;
-CREATE ROLE chaos_admin LOGIN IN ROLE wal_delivery_admin;   -- the workers and the DBA
+CREATE ROLE chaos_admin LOGIN IN ROLE wal_delivery_admin;   -- the DBA (configuration)
 CREATE ROLE chaos_app LOGIN IN ROLE wal_delivery_writer;    -- the generators
 CREATE SCHEMA chaos;
 GRANT USAGE ON SCHEMA chaos TO PUBLIC;   -- the processor runs as the processing role
@@ -243,6 +243,11 @@ def configure(env, dest_urls, s3, ingest):
     token = None
     with env.connect() as conn:
         conn.execute(SUPERUSER_SQL)
+        # The workers' login: a member of wal_delivery_worker (exactly what the workers call)
+        # where the extension has that role, else of wal_delivery_admin; never a superuser.
+        worker_role = "wal_delivery_worker" if conn.execute(
+            "SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_worker'").fetchone() else "wal_delivery_admin"
+        conn.execute(f"CREATE ROLE chaos_worker LOGIN IN ROLE {worker_role}")
         if ingest:  # the ingest service's login: a member of wal_delivery_ingest only
             conn.execute("CREATE ROLE chaos_ingest LOGIN IN ROLE wal_delivery_ingest")
     # Everything else as the DBA would: a non-superuser member of wal_delivery_admin.
@@ -364,7 +369,7 @@ class Worker:
         self.port = self.port or free_port()
         self.starts += 1
         extra = ["--listen", f"127.0.0.1:{self.listen}"] if self.listen else []
-        user = "chaos_ingest" if self.role == "ingest" else "chaos_admin"
+        user = "chaos_ingest" if self.role == "ingest" else "chaos_worker"
         cmd = [WORKER, self.role, *self.args, *extra, "--time-scale", str(TIME_SCALE), "--admin-port", str(self.port),
                "--db", self.env.conninfo(user, f"chaos-{self.name}"),
                "-X", f"bootstrap.servers={self.env.settings['KAFKA_BOOTSTRAP']}",
