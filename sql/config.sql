@@ -108,9 +108,10 @@ SELECT * FROM regress.try($$INSERT INTO wal_delivery.topics (name) VALUES ('k.r.
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = 'k_a.b'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = 'k.r.'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = 'wal_delivery.retry.1'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = 'wal_delivery_retry.pauses'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = '__wd.'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET dlq_topic = '..'$$);
-SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = repeat('r', 249)$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_topic_prefix = repeat('r', 244)$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET retry_dlq_retention = '101 years'$$);
 SELECT retry_topic_prefix, dlq_topic FROM wal_delivery.settings;
 -- Bounds: partitions can only grow in Kafka; counters and timestamps must not overflow.

@@ -166,8 +166,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 248 THEN
-        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 248 characters (a step number follows it)',
+    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 243 THEN
+        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 243 characters (a step number or "pauses" follows it)',
             p_retry_topic_prefix, 'The default is wal_delivery.retry.');
     END IF;
     FOR r IN SELECT i.topic, i.what, wal_delivery.topic_name_problem(i.topic) AS problem
@@ -175,14 +175,14 @@ BEGIN
         IF r.problem IS NOT NULL THEN
             PERFORM wal_delivery.refuse_setting(format('the %s "%s" is not a valid Kafka topic name: %s', r.what, r.topic, r.problem),
                 CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
-                'retry_topic_prefix (followed by 1, 2, 3) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
+                'retry_topic_prefix (followed by 1, 2, 3 and pauses) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
         END IF;
     END LOOP;
     IF EXISTS (SELECT 1 FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
                 WHERE i.what <> 'DLQ topic'
                   AND wal_delivery.kafka_collision_key(i.topic) = wal_delivery.kafka_collision_key(p_dlq_topic)) THEN
-        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics', p_dlq_topic,
-            format('The retry steps are %s1, %s2 and %s3 ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
+        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics or the pause topic', p_dlq_topic,
+            format('The retry steps are %s1, %s2 and %s3, the pause topic %spauses ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
     END IF;
     PERFORM wal_delivery.lock_topic_names();
     SELECT t.name, i.what INTO r
@@ -286,11 +286,15 @@ CREATE TABLE wal_delivery.topics (
     CHECK ((processor_kind IS NULL) = (processor IS NULL))
 );
 
--- The Kafka topics the settings reserve for the system: the three retry steps and the DLQ.
+-- The Kafka topics the settings reserve for the system: the three retry steps, the pause
+-- topic (where retry workers announce a pause to every worker, so it spreads while
+-- Postgres is unreachable) and the DLQ.
 CREATE FUNCTION wal_delivery.internal_topic_names(p_retry_topic_prefix text, p_dlq_topic text)
 RETURNS TABLE (topic text, what text)
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT p_retry_topic_prefix || step, 'retry step ' || step FROM generate_series(1, 3) step
+    UNION ALL
+    SELECT p_retry_topic_prefix || 'pauses', 'pause topic'
     UNION ALL
     SELECT p_dlq_topic, 'DLQ topic'
 $$;
@@ -2407,7 +2411,7 @@ END $$;
 -- What the reconciler found and did, one row per Kafka topic it manages.
 CREATE TABLE wal_delivery.kafka_topics (
     topic text PRIMARY KEY,
-    role text NOT NULL CHECK (role IN ('main', 'retry', 'dlq')),
+    role text NOT NULL CHECK (role IN ('main', 'retry', 'pauses', 'dlq')),
     partitions integer NOT NULL,
     replication_factor smallint NOT NULL,
     min_insync_replicas smallint NOT NULL,
@@ -2431,7 +2435,7 @@ CREATE FUNCTION wal_delivery.kafka_message_headroom() RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT 65536';
 
 -- The Kafka topics the control plane asks for: every main topic, the three retry steps
--- (one partition per destination ever created) and the DLQ. max_message_bytes is each
+-- (one partition per destination ever created), the pause topic (one partition) and the DLQ. max_message_bytes is each
 -- topic's max.message.bytes: its max_payload_bytes plus headroom; the retry steps and the
 -- DLQ take a copy of any topic's record, so theirs follows the largest topic.
 CREATE FUNCTION wal_delivery.desired_kafka_topics()
@@ -2443,8 +2447,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            t.max_payload_bytes + wal_delivery.kafka_message_headroom()
       FROM wal_delivery.topics t
     UNION ALL
-    SELECT i.topic, CASE WHEN i.what = 'DLQ topic' THEN 'dlq' ELSE 'retry' END,
-           CASE WHEN i.what = 'DLQ topic' THEN 1
+    SELECT i.topic, CASE i.what WHEN 'DLQ topic' THEN 'dlq' WHEN 'pause topic' THEN 'pauses' ELSE 'retry' END,
+           CASE WHEN i.what IN ('DLQ topic', 'pause topic') THEN 1
                 ELSE greatest(1, (SELECT coalesce(max(retry_partition), -1) + 1 FROM wal_delivery.destinations)) END,
            s.internal_topic_replication_factor, s.internal_topic_min_insync_replicas,
            (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint,
@@ -2478,9 +2482,9 @@ END $$;
 -- replication_factor, min_insync_replicas, retention_ms, max_message_bytes, exists,
 -- kafka_partitions, ready, error, permanent}; exists and kafka_partitions are null when
 -- Kafka did not say (the last known values stay). Publishes p_version when the retry
--- steps and the DLQ exist with their partitions, which is what the workers need; a main
--- topic Kafka does not have holds only its own records (they wait in the outbox). Returns
--- whether it published.
+-- steps, the pause topic and the DLQ exist with their partitions, which is what the
+-- workers need; a main topic Kafka does not have holds only its own records (they wait
+-- in the outbox). Returns whether it published.
 CREATE FUNCTION wal_delivery.record_reconciliation(p_version bigint, p_results jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -2516,7 +2520,7 @@ BEGIN
     PERFORM wal_delivery.release_rows_waiting_for_topics();
 
     SELECT bool_and(in_kafka AND kafka_partitions >= partitions) INTO internal_ready
-      FROM wal_delivery.kafka_topics WHERE role IN ('retry', 'dlq');
+      FROM wal_delivery.kafka_topics WHERE role IN ('retry', 'pauses', 'dlq');
     IF coalesce(internal_ready, false) THEN
         UPDATE wal_delivery.config_version SET published_version = p_version
          WHERE published_version < p_version;

@@ -7,7 +7,7 @@
 -- What the reconciler found and did, one row per Kafka topic it manages.
 CREATE TABLE wal_delivery.kafka_topics (
     topic text PRIMARY KEY,
-    role text NOT NULL CHECK (role IN ('main', 'retry', 'dlq')),
+    role text NOT NULL CHECK (role IN ('main', 'retry', 'pauses', 'dlq')),
     partitions integer NOT NULL,
     replication_factor smallint NOT NULL,
     min_insync_replicas smallint NOT NULL,
@@ -31,7 +31,7 @@ CREATE FUNCTION wal_delivery.kafka_message_headroom() RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT 65536';
 
 -- The Kafka topics the control plane asks for: every main topic, the three retry steps
--- (one partition per destination ever created) and the DLQ. max_message_bytes is each
+-- (one partition per destination ever created), the pause topic (one partition) and the DLQ. max_message_bytes is each
 -- topic's max.message.bytes: its max_payload_bytes plus headroom; the retry steps and the
 -- DLQ take a copy of any topic's record, so theirs follows the largest topic.
 CREATE FUNCTION wal_delivery.desired_kafka_topics()
@@ -43,8 +43,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            t.max_payload_bytes + wal_delivery.kafka_message_headroom()
       FROM wal_delivery.topics t
     UNION ALL
-    SELECT i.topic, CASE WHEN i.what = 'DLQ topic' THEN 'dlq' ELSE 'retry' END,
-           CASE WHEN i.what = 'DLQ topic' THEN 1
+    SELECT i.topic, CASE i.what WHEN 'DLQ topic' THEN 'dlq' WHEN 'pause topic' THEN 'pauses' ELSE 'retry' END,
+           CASE WHEN i.what IN ('DLQ topic', 'pause topic') THEN 1
                 ELSE greatest(1, (SELECT coalesce(max(retry_partition), -1) + 1 FROM wal_delivery.destinations)) END,
            s.internal_topic_replication_factor, s.internal_topic_min_insync_replicas,
            (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint,
@@ -78,9 +78,9 @@ END $$;
 -- replication_factor, min_insync_replicas, retention_ms, max_message_bytes, exists,
 -- kafka_partitions, ready, error, permanent}; exists and kafka_partitions are null when
 -- Kafka did not say (the last known values stay). Publishes p_version when the retry
--- steps and the DLQ exist with their partitions, which is what the workers need; a main
--- topic Kafka does not have holds only its own records (they wait in the outbox). Returns
--- whether it published.
+-- steps, the pause topic and the DLQ exist with their partitions, which is what the
+-- workers need; a main topic Kafka does not have holds only its own records (they wait
+-- in the outbox). Returns whether it published.
 CREATE FUNCTION wal_delivery.record_reconciliation(p_version bigint, p_results jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -116,7 +116,7 @@ BEGIN
     PERFORM wal_delivery.release_rows_waiting_for_topics();
 
     SELECT bool_and(in_kafka AND kafka_partitions >= partitions) INTO internal_ready
-      FROM wal_delivery.kafka_topics WHERE role IN ('retry', 'dlq');
+      FROM wal_delivery.kafka_topics WHERE role IN ('retry', 'pauses', 'dlq');
     IF coalesce(internal_ready, false) THEN
         UPDATE wal_delivery.config_version SET published_version = p_version
          WHERE published_version < p_version;

@@ -42,8 +42,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 248 THEN
-        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 248 characters (a step number follows it)',
+    IF p_retry_topic_prefix IS NULL OR length(p_retry_topic_prefix) NOT BETWEEN 1 AND 243 THEN
+        PERFORM wal_delivery.refuse_setting('retry_topic_prefix must be 1 to 243 characters (a step number or "pauses" follows it)',
             p_retry_topic_prefix, 'The default is wal_delivery.retry.');
     END IF;
     FOR r IN SELECT i.topic, i.what, wal_delivery.topic_name_problem(i.topic) AS problem
@@ -51,14 +51,14 @@ BEGIN
         IF r.problem IS NOT NULL THEN
             PERFORM wal_delivery.refuse_setting(format('the %s "%s" is not a valid Kafka topic name: %s', r.what, r.topic, r.problem),
                 CASE WHEN r.what = 'DLQ topic' THEN p_dlq_topic ELSE p_retry_topic_prefix END,
-                'retry_topic_prefix (followed by 1, 2, 3) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
+                'retry_topic_prefix (followed by 1, 2, 3 and pauses) and dlq_topic use letters, digits, ".", "_" and "-", and must not start with "__".');
         END IF;
     END LOOP;
     IF EXISTS (SELECT 1 FROM wal_delivery.internal_topic_names(p_retry_topic_prefix, p_dlq_topic) i
                 WHERE i.what <> 'DLQ topic'
                   AND wal_delivery.kafka_collision_key(i.topic) = wal_delivery.kafka_collision_key(p_dlq_topic)) THEN
-        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics', p_dlq_topic,
-            format('The retry steps are %s1, %s2 and %s3 ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
+        PERFORM wal_delivery.refuse_setting('dlq_topic must not be one of the retry step topics or the pause topic', p_dlq_topic,
+            format('The retry steps are %s1, %s2 and %s3, the pause topic %spauses ("." and "_" count as the same in Kafka).', p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix, p_retry_topic_prefix));
     END IF;
     PERFORM wal_delivery.lock_topic_names();
     SELECT t.name, i.what INTO r

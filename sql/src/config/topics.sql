@@ -29,11 +29,15 @@ CREATE TABLE wal_delivery.topics (
     CHECK ((processor_kind IS NULL) = (processor IS NULL))
 );
 
--- The Kafka topics the settings reserve for the system: the three retry steps and the DLQ.
+-- The Kafka topics the settings reserve for the system: the three retry steps, the pause
+-- topic (where retry workers announce a pause to every worker, so it spreads while
+-- Postgres is unreachable) and the DLQ.
 CREATE FUNCTION wal_delivery.internal_topic_names(p_retry_topic_prefix text, p_dlq_topic text)
 RETURNS TABLE (topic text, what text)
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT p_retry_topic_prefix || step, 'retry step ' || step FROM generate_series(1, 3) step
+    UNION ALL
+    SELECT p_retry_topic_prefix || 'pauses', 'pause topic'
     UNION ALL
     SELECT p_dlq_topic, 'DLQ topic'
 $$;

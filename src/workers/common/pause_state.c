@@ -12,21 +12,29 @@
 #include "clock.h"
 #include "db_connect.h"
 #include "log.h"
+#include "pause_channel.h"
 
 #define REFRESH_INTERVAL_MS   5000
 #define RECONNECT_INTERVAL_MS 2000
 #define CHECK_INTERVAL_MS     20 /* how often the main loop's poll looks for a NOTIFY */
+/* How long a reachable database may lag behind a pause heard on the pause topic. */
+#define ANNOUNCED_PAUSE_CONFIRM_MS 10000
 
 typedef struct pause_entry
 {
 	char *destination;
 	bool paused;           /* as the database last said */
 	int64_t next_probe_ms; /* wall clock */
+	int64_t since_ms;      /* wall clock: when the database last saw it pause or resume */
 	/* A pause decided here and not yet written to the database. */
 	bool pause_pending;
 	int pending_step;
 	char *pending_error;
 	long pending_probe_after_ms;
+	/* A pause heard on the pause topic that the database has not shown yet. */
+	bool announced;
+	int64_t announced_at_ms;    /* wall clock, the announcement's */
+	int64_t announced_until_ms; /* monotonic; INT64_MAX until the database was read */
 } pause_entry;
 
 struct pause_state
@@ -39,6 +47,8 @@ struct pause_state
 	int64_t next_check_ms;
 	int64_t next_reconnect_ms;
 	bool down_logged;
+	pause_channel *channel; /* NULL: pauses come from the database alone */
+	bool heard_any;         /* since the last poll */
 	pause_entry *entries;
 	int n_entries;
 };
@@ -155,13 +165,40 @@ write_pending_pauses(pause_state *ps)
 	}
 }
 
+/*
+ * A heard pause against what the database says: gone once the database has the pause or
+ * shows a resume after it; otherwise kept ANNOUNCED_PAUSE_CONFIRM_MS from the first read
+ * that did not show it (its announcer may still be writing it after an outage).
+ */
+static void
+settle_announcement(pause_entry *e, int64_t since_ms)
+{
+	const char *why = NULL;
+
+	if (!e->announced)
+		return;
+	if (e->paused)
+		why = "the database has it";
+	else if (since_ms > e->announced_at_ms)
+		why = "the database shows a resume after it";
+	else if (e->announced_until_ms == INT64_MAX)
+		e->announced_until_ms = now_ms() + ANNOUNCED_PAUSE_CONFIRM_MS;
+	else if (now_ms() >= e->announced_until_ms)
+		why = "the database never showed it";
+	if (why == NULL)
+		return;
+	e->announced = false;
+	log_info("event=heard_pause_settled destination=%s msg=\"%s\"", e->destination, why);
+}
+
 /* Re-reads every destination's state; true when one paused or resumed. */
 static bool
 refresh(pause_state *ps)
 {
 	PGresult *res = run(ps,
 						"SELECT destination, paused, (extract(epoch FROM next_probe_at) * "
-						"1000)::bigint FROM wal_delivery.destination_pauses",
+						"1000)::bigint, (extract(epoch FROM since) * 1000)::bigint "
+						"FROM wal_delivery.destination_pauses",
 						0, NULL);
 	bool changed = false;
 
@@ -170,18 +207,21 @@ refresh(pause_state *ps)
 	for (int i = 0; i < ps->n_entries; i++)
 	{
 		pause_entry *e = &ps->entries[i];
-		bool paused = false;
-		int64_t next_probe = 0;
+		bool paused = false, was = pause_state_is_paused(ps, e->destination);
+		int64_t next_probe = 0, since = 0;
 
 		for (int r = 0; r < PQntuples(res); r++)
 			if (strcmp(PQgetvalue(res, r, 0), e->destination) == 0)
 			{
 				paused = PQgetvalue(res, r, 1)[0] == 't';
 				next_probe = PQgetisnull(res, r, 2) ? 0 : strtoll(PQgetvalue(res, r, 2), NULL, 10);
+				since = strtoll(PQgetvalue(res, r, 3), NULL, 10);
 			}
-		changed = changed || paused != e->paused;
 		e->paused = paused;
 		e->next_probe_ms = next_probe;
+		e->since_ms = since;
+		settle_announcement(e, since);
+		changed = changed || was != pause_state_is_paused(ps, e->destination);
 	}
 	for (int r = 0; r < PQntuples(res); r++)
 		if (find_entry(ps, PQgetvalue(res, r, 0)) == NULL)
@@ -191,20 +231,45 @@ refresh(pause_state *ps)
 			e->paused = PQgetvalue(res, r, 1)[0] == 't';
 			e->next_probe_ms =
 				PQgetisnull(res, r, 2) ? 0 : strtoll(PQgetvalue(res, r, 2), NULL, 10);
+			e->since_ms = strtoll(PQgetvalue(res, r, 3), NULL, 10);
 			changed = changed || e->paused;
 		}
 	PQclear(res);
 	return changed;
 }
 
+/* A pause announced on the pause topic: in effect here at once. */
+static void
+on_heard(void *arg, const char *destination, const char *by, int64_t announced_ms)
+{
+	pause_state *ps = arg;
+	pause_entry *e = get_entry(ps, destination);
+
+	/* Already paused, or an old announcement the database has seen a resume after. */
+	if (e->paused || e->pause_pending || e->since_ms > announced_ms)
+		return;
+	if (!e->announced)
+		log_warn("event=pause_heard destination=%s by=%s", destination, by);
+	ps->heard_any = ps->heard_any || !e->announced;
+	e->announced = true;
+	e->announced_at_ms = announced_ms;
+	e->announced_until_ms = INT64_MAX;
+}
+
 pause_state *
-pause_state_new(const worker_options *opts, const char *holder)
+pause_state_new(const worker_options *opts, const control_plane_config *config, const char *holder)
 {
 	pause_state *ps = calloc(1, sizeof(*ps));
+	char errbuf[512];
 
 	ps->opts = opts;
 	ps->holder = strdup(holder);
 	ps->refresh_interval_ms = (long) (REFRESH_INTERVAL_MS / opts->time_scale);
+	ps->channel = pause_channel_new(opts, config, holder, errbuf, sizeof(errbuf));
+	if (ps->channel == NULL)
+		log_warn("event=pause_channel_unavailable error=\"%s\" msg=\"pauses come from the "
+				 "database alone\"",
+				 errbuf);
 	pause_state_poll(ps);
 	return ps;
 }
@@ -216,6 +281,7 @@ pause_state_free(pause_state *ps)
 		return;
 	if (ps->conn)
 		PQfinish(ps->conn);
+	pause_channel_free(ps->channel);
 	for (int i = 0; i < ps->n_entries; i++)
 	{
 		free(ps->entries[i].destination);
@@ -230,11 +296,15 @@ bool
 pause_state_poll(pause_state *ps)
 {
 	PGnotify *n;
-	bool notified = false;
+	bool notified = false, heard;
 
 	if (now_ms() < ps->next_check_ms)
 		return false;
 	ps->next_check_ms = now_ms() + CHECK_INTERVAL_MS;
+	if (ps->channel)
+		pause_channel_poll(ps->channel, on_heard, ps);
+	heard = ps->heard_any;
+	ps->heard_any = false;
 	if (ps->conn && PQconsumeInput(ps->conn))
 		while ((n = PQnotifies(ps->conn)) != NULL)
 		{
@@ -243,9 +313,9 @@ pause_state_poll(pause_state *ps)
 		}
 	write_pending_pauses(ps);
 	if (!notified && now_ms() < ps->next_refresh_ms)
-		return false;
+		return heard;
 	ps->next_refresh_ms = now_ms() + ps->refresh_interval_ms;
-	return refresh(ps);
+	return refresh(ps) || heard;
 }
 
 bool
@@ -253,7 +323,8 @@ pause_state_is_paused(const pause_state *ps, const char *destination)
 {
 	const pause_entry *e = find_entry(ps, destination);
 
-	return e && (e->paused || e->pause_pending);
+	return e &&
+		   (e->paused || e->pause_pending || (e->announced && now_ms() < e->announced_until_ms));
 }
 
 int64_t
@@ -276,6 +347,9 @@ pause_state_pause(pause_state *ps, const char *destination, int step, const char
 	e->pending_step = step;
 	e->pending_error = strdup(error ? error : "");
 	e->pending_probe_after_ms = probe_after_ms;
+	/* Announced first: the database may be the part that is down. */
+	if (ps->channel)
+		pause_channel_announce(ps->channel, destination, step, probe_after_ms);
 	write_pending_pauses(ps);
 	refresh(ps);
 }

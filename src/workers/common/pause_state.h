@@ -8,6 +8,11 @@
  *
  * A pause this process decided on is in effect locally at once and written to the
  * database (again and again until that works), so no further attempt starts meanwhile.
+ * It is also announced on the pause topic (pause_channel.h), and a pause heard there is
+ * in effect at once, so a pause spreads while the database is unreachable. A heard pause
+ * ends when the database has it (then the database decides the resume), when the
+ * database shows a resume after it, or when the database, reachable again, has not shown
+ * it within ANNOUNCED_PAUSE_CONFIRM_MS (its announcer died before writing it).
  */
 #ifndef WAL_PAUSE_STATE_H
 #define WAL_PAUSE_STATE_H
@@ -17,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "control_plane.h"
 #include "options.h"
 
 typedef struct pause_state pause_state;
@@ -28,8 +34,13 @@ typedef enum
 	PROBE_PERMANENT
 } probe_outcome;
 
-/* holder names this process in probe leases (e.g. "retry:<host>:<pid>"). */
-pause_state *pause_state_new(const worker_options *opts, const char *holder);
+/*
+ * holder names this process in probe leases (e.g. "retry:<host>:<pid>"). config names
+ * the pause topic and the brokers; without the pause topic (librdkafka refused the
+ * listener: logged) pauses come from the database alone.
+ */
+pause_state *pause_state_new(const worker_options *opts, const control_plane_config *config,
+							 const char *holder);
 void pause_state_free(pause_state *ps);
 
 /* Non-blocking unless a refresh is due. True when some destination paused or resumed. */
