@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psycopg
+
 from conftest import connect
 from relay_helpers import wait_until
 
@@ -24,14 +26,24 @@ WORKER_LOGIN = "wal_worker"
 WORKER_ROLES = ("consume", "retry", "dlq", "process")
 
 
+_worker_login_ensured = False
+
+
 def ensure_worker_login():
-    """The workers' login role (cluster-wide, so created once and kept)."""
+    """The workers' login role (cluster-wide, so created once and kept). Once it exists,
+    a worker can be started while Postgres is down (fault tests do)."""
+    global _worker_login_ensured
     from relay_helpers import ensure_extension
-    ensure_extension()
-    with connect() as conn:
-        conn.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{WORKER_LOGIN}')"
-                     f" THEN CREATE ROLE {WORKER_LOGIN} LOGIN; END IF; END $$")
-        conn.execute(f"GRANT wal_delivery_worker TO {WORKER_LOGIN}")
+    try:
+        ensure_extension()
+        with connect() as conn:
+            conn.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{WORKER_LOGIN}')"
+                         f" THEN CREATE ROLE {WORKER_LOGIN} LOGIN; END IF; END $$")
+            conn.execute(f"GRANT wal_delivery_worker TO {WORKER_LOGIN}")
+    except psycopg.OperationalError:
+        if not _worker_login_ensured:
+            raise
+    _worker_login_ensured = True
 
 
 def free_port():

@@ -112,3 +112,49 @@ def test_a_pause_decided_while_postgres_is_down_stops_the_main_consumers(tmp_pat
     finally:
         ingest.stop()
         x.stop()
+
+
+def test_a_consumer_started_while_postgres_is_down_learns_of_an_earlier_pause(
+        tmp_path, fleet, kafka_bootstrap, unique):
+    x = Destination(tmp_path)
+    name = f"x-{unique}"
+    x.behave(status=503)
+    with connect() as conn:
+        setup_ingest(conn)
+        (topic,), token = topics_with_token(conn, unique)
+        add_destination(conn, name, x.url + "/x", [topic], pause_after_failures=PAUSE_AFTER)
+        wait_published(conn)
+    ingest = Ingest(tmp_path, kafka_bootstrap)
+    first, retry = fleet.start_ready("consume", "retry")
+    pg_down = False
+    try:
+        ingest.wait_listening()
+        with IngestLoad(ingest.port, topic, token, threads=1, pause=0.05):
+            wait_until(lambda: db_paused(name), 60, what="the pause, written while Postgres is up")
+        # The first announcement leaves the window a starting listener reads (a minute,
+        # 6 s at this time scale); only the repeats can tell a newcomer.
+        wait_until(lambda: (retry.metric("wal_pause_announcements_total", destination=name) or 0) >= 5,
+                   30, what="the retry worker to repeat the pause in force")
+
+        env_cmd("pg-stop-immediate")
+        pg_down = True
+        first.stop(__import__("signal").SIGKILL)
+        newcomer = fleet.start("consume", "--peer", retry.url(""))
+        started = time.time()
+        wait_until(lambda: "event=config_from_peer" in newcomer.output(), 30,
+                   what="the newcomer's config from its peer")
+        wait_until(lambda: f"event=pause_heard destination={name}" in newcomer.output(), 30,
+                   what="the newcomer to hear the pause in force")
+        with IngestLoad(ingest.port, topic, token, threads=1, pause=0.05) as load:
+            wait_until(lambda: (newcomer.metric("wal_breaker_open_handoffs_total", destination=name)
+                                or 0) >= 40, 60,
+                       what="records consumed by the newcomer while Postgres is down")
+        leaked = first_attempts_after(x, started)
+        assert not leaked, f"{len(leaked)} first attempts from a consumer started during the outage"
+        report(f"pause spread to a consumer started with Postgres down: {load.count(201)} records,"
+               f" 0 first attempts to the paused destination")
+    finally:
+        if pg_down:
+            env_cmd("pg-start")
+        ingest.stop()
+        x.stop()

@@ -2,7 +2,8 @@
  * pause_channel.c: pauses announced over Kafka (see pause_channel.h).
  *
  * An announcement is a message keyed by the destination whose value is
- * {"destination", "step", "probe_after_ms", "by"}; its Kafka timestamp says when.
+ * {"destination", "step", "probe_after_ms", "since_ms", "by"}: since_ms is when the
+ * pause began; the Kafka timestamp says when it was announced.
  */
 #include "pause_channel.h"
 
@@ -20,9 +21,12 @@
 #include "log.h"
 #include "metrics.h"
 
-/* A listener that starts (or restarts) applies the announcements of the last minute. */
+/*
+ * A listener that starts applies the announcements of the last minute (divided by
+ * --time-scale): every pause still in force is announced again more often than that.
+ */
 #define RECENT_MS   60000
-#define RECENT_MSGS 256
+#define RECENT_MSGS 1024
 
 struct pause_channel
 {
@@ -161,7 +165,8 @@ announcer(pause_channel *ch)
 }
 
 void
-pause_channel_announce(pause_channel *ch, const char *destination, int step, long probe_after_ms)
+pause_channel_announce(pause_channel *ch, const char *destination, int step, long probe_after_ms,
+					   int64_t since_ms, bool repeated)
 {
 	rd_kafka_t *rk = announcer(ch);
 	json_t *doc;
@@ -170,8 +175,9 @@ pause_channel_announce(pause_channel *ch, const char *destination, int step, lon
 
 	if (rk == NULL)
 		return;
-	doc = json_pack("{s:s, s:i, s:I, s:s}", "destination", destination, "step", step,
-					"probe_after_ms", (json_int_t) probe_after_ms, "by", ch->holder);
+	doc = json_pack("{s:s, s:i, s:I, s:I, s:s}", "destination", destination, "step", step,
+					"probe_after_ms", (json_int_t) probe_after_ms, "since_ms",
+					(json_int_t) since_ms, "by", ch->holder);
 	value = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(ch->topic),
@@ -186,7 +192,11 @@ pause_channel_announce(pause_channel *ch, const char *destination, int step, lon
 		return;
 	}
 	metric_add(ch->announced, 1, (const char *const[]){destination});
-	log_warn("event=pause_announced destination=%s step=%d topic=%s", destination, step, ch->topic);
+	if (repeated)
+		log_debug("event=pause_announced_again destination=%s", destination);
+	else
+		log_warn("event=pause_announced destination=%s step=%d topic=%s", destination, step,
+				 ch->topic);
 }
 
 /* One announcement; anything malformed or stale is skipped. */
@@ -198,17 +208,19 @@ take_announcement(pause_channel *ch, const rd_kafka_message_t *rkm, pause_heard_
 	json_error_t jerr;
 	json_t *doc;
 	const char *destination = NULL, *by = "";
+	json_int_t since = 0;
 
-	if (at < 0 || at < wall_ms() - RECENT_MS)
+	if (at < 0 || at < wall_ms() - (int64_t) (RECENT_MS / ch->opts->time_scale))
 		return;
 	doc = json_loadb(rkm->payload, rkm->len, 0, &jerr);
-	if (doc == NULL || json_unpack(doc, "{s:s, s?s}", "destination", &destination, "by", &by) != 0)
+	if (doc == NULL || json_unpack(doc, "{s:s, s:I, s?s}", "destination", &destination, "since_ms",
+								   &since, "by", &by) != 0)
 		log_warn("event=bad_pause_announcement offset=%" PRId64 " msg=\"skipped\"",
 				 (int64_t) rkm->offset);
 	else
 	{
 		metric_add(ch->heard, 1, (const char *const[]){destination});
-		heard(arg, destination, by, at);
+		heard(arg, destination, by, (int64_t) since);
 	}
 	json_decref(doc);
 }

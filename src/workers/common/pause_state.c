@@ -19,6 +19,8 @@
 #define CHECK_INTERVAL_MS     20 /* how often the main loop's poll looks for a NOTIFY */
 /* How long a reachable database may lag behind a pause heard on the pause topic. */
 #define ANNOUNCED_PAUSE_CONFIRM_MS 10000
+/* How often a process that announces pauses repeats those in force (divided by --time-scale). */
+#define REANNOUNCE_INTERVAL_MS 20000
 
 typedef struct pause_entry
 {
@@ -31,9 +33,10 @@ typedef struct pause_entry
 	int pending_step;
 	char *pending_error;
 	long pending_probe_after_ms;
+	int64_t pending_since_ms; /* wall clock */
 	/* A pause heard on the pause topic that the database has not shown yet. */
 	bool announced;
-	int64_t announced_at_ms;    /* wall clock, the announcement's */
+	int64_t announced_at_ms;    /* wall clock: when that pause began */
 	int64_t announced_until_ms; /* monotonic; INT64_MAX until the database was read */
 } pause_entry;
 
@@ -48,7 +51,9 @@ struct pause_state
 	int64_t next_reconnect_ms;
 	bool down_logged;
 	pause_channel *channel; /* NULL: pauses come from the database alone */
-	bool heard_any;         /* since the last poll */
+	bool announces;         /* this process decides pauses and announces them */
+	int64_t next_reannounce_ms;
+	bool heard_any; /* since the last poll */
 	pause_entry *entries;
 	int n_entries;
 };
@@ -240,30 +245,54 @@ refresh(pause_state *ps)
 
 /* A pause announced on the pause topic: in effect here at once. */
 static void
-on_heard(void *arg, const char *destination, const char *by, int64_t announced_ms)
+on_heard(void *arg, const char *destination, const char *by, int64_t since_ms)
 {
 	pause_state *ps = arg;
 	pause_entry *e = get_entry(ps, destination);
 
 	/* Already paused, or an old announcement the database has seen a resume after. */
-	if (e->paused || e->pause_pending || e->since_ms > announced_ms)
+	if (e->paused || e->pause_pending || e->since_ms > since_ms)
 		return;
 	if (!e->announced)
 		log_warn("event=pause_heard destination=%s by=%s", destination, by);
 	ps->heard_any = ps->heard_any || !e->announced;
 	e->announced = true;
-	e->announced_at_ms = announced_ms;
+	e->announced_at_ms = since_ms;
 	e->announced_until_ms = INT64_MAX;
 }
 
+/*
+ * Repeats every pause in force here (written or still pending), so a worker that starts
+ * while the database is unreachable learns of it from the pause topic's last minute.
+ */
+static void
+announce_again(pause_state *ps)
+{
+	if (!ps->announces || ps->channel == NULL || now_ms() < ps->next_reannounce_ms)
+		return;
+	ps->next_reannounce_ms = now_ms() + (long) (REANNOUNCE_INTERVAL_MS / ps->opts->time_scale);
+	for (int i = 0; i < ps->n_entries; i++)
+	{
+		pause_entry *e = &ps->entries[i];
+
+		if (e->pause_pending)
+			pause_channel_announce(ps->channel, e->destination, e->pending_step,
+								   e->pending_probe_after_ms, e->pending_since_ms, true);
+		else if (e->paused)
+			pause_channel_announce(ps->channel, e->destination, 0, 0, e->since_ms, true);
+	}
+}
+
 pause_state *
-pause_state_new(const worker_options *opts, const control_plane_config *config, const char *holder)
+pause_state_new(const worker_options *opts, const control_plane_config *config, const char *holder,
+				bool announces)
 {
 	pause_state *ps = calloc(1, sizeof(*ps));
 	char errbuf[512];
 
 	ps->opts = opts;
 	ps->holder = strdup(holder);
+	ps->announces = announces;
 	ps->refresh_interval_ms = (long) (REFRESH_INTERVAL_MS / opts->time_scale);
 	ps->channel = pause_channel_new(opts, config, holder, errbuf, sizeof(errbuf));
 	if (ps->channel == NULL)
@@ -305,6 +334,7 @@ pause_state_poll(pause_state *ps)
 		pause_channel_poll(ps->channel, on_heard, ps);
 	heard = ps->heard_any;
 	ps->heard_any = false;
+	announce_again(ps);
 	if (ps->conn && PQconsumeInput(ps->conn))
 		while ((n = PQnotifies(ps->conn)) != NULL)
 		{
@@ -347,9 +377,11 @@ pause_state_pause(pause_state *ps, const char *destination, int step, const char
 	e->pending_step = step;
 	e->pending_error = strdup(error ? error : "");
 	e->pending_probe_after_ms = probe_after_ms;
+	e->pending_since_ms = wall_ms();
 	/* Announced first: the database may be the part that is down. */
 	if (ps->channel)
-		pause_channel_announce(ps->channel, destination, step, probe_after_ms);
+		pause_channel_announce(ps->channel, destination, step, probe_after_ms, e->pending_since_ms,
+							   false);
 	write_pending_pauses(ps);
 	refresh(ps);
 }

@@ -12,7 +12,9 @@
  * in effect at once, so a pause spreads while the database is unreachable. A heard pause
  * ends when the database has it (then the database decides the resume), when the
  * database shows a resume after it, or when the database, reachable again, has not shown
- * it within ANNOUNCED_PAUSE_CONFIRM_MS (its announcer died before writing it).
+ * it within ANNOUNCED_PAUSE_CONFIRM_MS (its announcer died before writing it). The
+ * retry processes repeat the pauses in force every 20 s (divided by --time-scale), so
+ * a worker that starts while the database is unreachable learns of them too.
  */
 #ifndef WAL_PAUSE_STATE_H
 #define WAL_PAUSE_STATE_H
@@ -37,10 +39,11 @@ typedef enum
 /*
  * holder names this process in probe leases (e.g. "retry:<host>:<pid>"). config names
  * the pause topic and the brokers; without the pause topic (librdkafka refused the
- * listener: logged) pauses come from the database alone.
+ * listener: logged) pauses come from the database alone. A process that announces
+ * (the retry role, which decides pauses) repeats every pause in force on the topic.
  */
 pause_state *pause_state_new(const worker_options *opts, const control_plane_config *config,
-							 const char *holder);
+							 const char *holder, bool announces);
 void pause_state_free(pause_state *ps);
 
 /* Non-blocking unless a refresh is due. True when some destination paused or resumed. */

@@ -336,7 +336,7 @@ open_delivery_state(consumer_state *st)
 		dedupe_new(DEDUPE_MAX_ENTRIES, config_watch_current(st->watch)->consumer_dedupe_ttl_ms);
 	st->tracker = tracker_new();
 	snprintf(holder, sizeof(holder), "consume:%d", (int) getpid());
-	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder);
+	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder, false);
 }
 
 /* Transfers running or queued and hand-offs not yet acknowledged: the loop must not sleep. */

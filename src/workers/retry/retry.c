@@ -441,7 +441,7 @@ open_shared_state(retry_state *st)
 	char holder[128];
 
 	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
-	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder);
+	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder, true);
 	st->tracker = tracker_new();
 }
 
