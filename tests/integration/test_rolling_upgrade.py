@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conftest import Destination, connect, record_key
+from conftest import Destination, connect, env_cmd, record_key
 from consumer_helpers import Worker, add_destination, wait_published
-from relay_helpers import relay_pids, report, wait_until
+from relay_helpers import connect_when_ready, relay_pids, report, wait_new_relay, wait_until
 
 pytestmark = pytest.mark.usefixtures("clean_destinations")
 
@@ -91,6 +91,30 @@ def extension_dir(conn):
     return Path(share) / "extension"
 
 
+def library_path(conn):
+    [lib] = conn.execute("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'").fetchone()
+    return Path(lib) / "wal_delivery.so"
+
+
+def install_library_copy(path):
+    """Installs the library again as a new file (a new inode), as a package upgrade does:
+    written beside it, then renamed over it. Its content is the same."""
+    tmp = path.with_name(path.name + ".rolling-upgrade-tmp")
+    tmp.write_bytes(path.read_bytes())
+    tmp.chmod(path.stat().st_mode & 0o7777)
+    os.replace(tmp, path)
+    return path.stat().st_ino
+
+
+def mapped_library(pid):
+    """The inode of wal_delivery.so mapped by process pid, and whether that file was
+    replaced since ("(deleted)")."""
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        if line.rstrip().endswith(("wal_delivery.so", "wal_delivery.so (deleted)")):
+            return int(line.split()[4]), line.endswith("(deleted)")
+    return None
+
+
 def installed_version(conn):
     return conn.execute("SELECT extversion FROM pg_extension"
                         " WHERE extname = 'wal_delivery'").fetchone()[0]
@@ -122,6 +146,17 @@ def update_scripts(conn, old, new):
     return forward, back
 
 
+def last_id(conn, topic):
+    return conn.execute("SELECT coalesce(max(id), 0) FROM wal_delivery.outbox WHERE topic = %s",
+                        (topic,)).fetchone()[0]
+
+
+def shipped_since(conn, topic, mark):
+    """Rows of topic after id mark that the relay shipped to Kafka."""
+    return conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s"
+                        " AND id > %s AND state = 'stored'", (topic, mark)).fetchone()[0]
+
+
 def metric_sum(worker, name, label):
     """The sum of a metric's series that carry label (e.g. 'destination="d"')."""
     return sum(float(line.split()[-1]) for line in worker.get("/metrics")[1].splitlines()
@@ -149,7 +184,8 @@ def test_rolling_upgrade_of_the_extension_and_every_worker_loses_nothing(
     dests["flaky"].behave(status=503, ratio=0.3)   # retry steps deliver what fails
     dests["refusing"].behave(status=400)           # every record becomes a dead letter
     workers, written, writers = [], [], None
-    with connect() as admin:
+    admin = connect()
+    try:
         old = installed_version(admin)
         new = "1.1" if old == "1.0" else old + ".1"
         ext_dir = extension_dir(admin)
@@ -191,20 +227,41 @@ def test_rolling_upgrade_of_the_extension_and_every_worker_loses_nothing(
             wait_until(lambda: len(delivered_keys(dests["ok"])) >= 50, 60,
                        what="records to flow end to end")
 
+            # The new package's library: a new file. Every process forked from the running
+            # postmaster, a relay started now included, still runs the old one; a server
+            # restart (writers retry, workers reconnect) loads the new one.
+            lib = library_path(admin)
+            if os.access(lib.parent, os.W_OK):
+                old_ino = lib.stat().st_ino
+                new_ino = install_library_copy(lib)
+                with connect() as session:
+                    [backend] = session.execute("SELECT pg_backend_pid()").fetchone()
+                    session.execute("SELECT wal_delivery.library_version()")
+                    assert mapped_library(backend) == (old_ino, True)
+                old_relays = relay_pids(admin)
+                admin.close()
+                env_cmd("pg-stop")
+                env_cmd("pg-start")
+                admin = connect_when_ready()
+                relays = wait_new_relay(old_relays)
+                assert all(mapped_library(pid) == (new_ino, False) for pid in relays)
+                mark = last_id(admin, topic)
+                wait_until(lambda: shipped_since(admin, topic, mark) >= 100, 90,
+                           what="the new relay to ship records enqueued after the restart")
+                restarted = "server restarted with the library replaced, "
+            else:
+                restarted = "library not replaced (not writable), "
+
             # (a) ALTER EXTENSION ... UPDATE mid-flow; the relay keeps shipping.
             relays = relay_pids(admin)
-            [mark] = admin.execute("SELECT max(id) FROM wal_delivery.outbox WHERE topic = %s",
-                                   (topic,)).fetchone()
+            mark = last_id(admin, topic)
             t0 = time.monotonic()
             admin.execute(f"ALTER EXTENSION wal_delivery UPDATE TO '{new}'")
             update_s = time.monotonic() - t0
             assert installed_version(admin) == new
             assert admin.execute("SELECT wal_delivery.rolling_upgrade_probe()").fetchone()[0] == new
 
-            def shipped_since(mark):
-                return admin.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s"
-                                     " AND id > %s AND state = 'stored'", (topic, mark)).fetchone()[0]
-            wait_until(lambda: shipped_since(mark) >= 200, 60,
+            wait_until(lambda: shipped_since(admin, topic, mark) >= 200, 60,
                        what="the relay to ship records enqueued around the update")
             assert relay_pids(admin) == relays, "a relay restarted during the update"
 
@@ -241,9 +298,8 @@ def test_rolling_upgrade_of_the_extension_and_every_worker_loses_nothing(
             # Rolling back is the same statement to the old version, also while records flow.
             admin.execute(f"ALTER EXTENSION wal_delivery UPDATE TO '{old}'")
             assert installed_version(admin) == old
-            [mark] = admin.execute("SELECT max(id) FROM wal_delivery.outbox WHERE topic = %s",
-                                   (topic,)).fetchone()
-            wait_until(lambda: shipped_since(mark) >= 100, 60,
+            mark = last_id(admin, topic)
+            wait_until(lambda: shipped_since(admin, topic, mark) >= 100, 60,
                        what="the relay to ship records enqueued after the rollback")
             assert relay_pids(admin) == relays, "a relay restarted during the rollback"
 
@@ -279,11 +335,12 @@ def test_rolling_upgrade_of_the_extension_and_every_worker_loses_nothing(
             [dead_dups] = admin.execute(
                 "SELECT count(*) - count(DISTINCT idempotency_key) FROM wal_delivery.dead_letters"
                 " WHERE destination = %s", (names["refusing"],)).fetchone()
-            report(f"rolling upgrade ({old} -> {new} -> {old} mid-flow, 4 workers restarted one at"
+            report(f"rolling upgrade ({restarted}{old} -> {new} -> {old} mid-flow, 4 workers restarted one at"
                    f" a time: {', '.join(stops)}): {len(keys)} committed records"
                    f" ({writers.errors} writer errors), 0 lost at 3 destinations;"
                    f" duplicates: ok {dups(dests['ok'])}, flaky {dups(dests['flaky'])}"
-                   f" ({flaky_dead} dead after 4 attempts), refusing {dead_dups} dead letters; ALTER EXTENSION took {update_s:.2f}s")
+                   f" ({flaky_dead} dead after 4 attempts), refusing {dead_dups} dead letters;"
+                   f" ALTER EXTENSION took {update_s:.2f}s")
         finally:
             if writers is not None:
                 writers.stop()
@@ -292,8 +349,11 @@ def test_rolling_upgrade_of_the_extension_and_every_worker_loses_nothing(
             for d in dests.values():
                 d.stop()
             try:
-                if installed_version(admin) != old:
-                    admin.execute(f"ALTER EXTENSION wal_delivery UPDATE TO '{old}'")
+                with connect_when_ready() as conn:
+                    if installed_version(conn) != old:
+                        conn.execute(f"ALTER EXTENSION wal_delivery UPDATE TO '{old}'")
             finally:
                 for p in written:
                     p.unlink(missing_ok=True)
+    finally:
+        admin.close()
