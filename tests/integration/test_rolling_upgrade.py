@@ -1,8 +1,8 @@
 """Upgrading in place while records flow (docs/operations.md, "Upgrading"): SQL writers
 enqueue the whole time; the library is installed as a new file and Postgres restarted
-(the new relays run the new file; a session started before the restart ran the old
-one), the extension is updated with ALTER EXTENSION ... UPDATE to a synthetic next
-version, every worker is restarted one instance at a time (SIGTERM, a fresh start,
+(the new relays run the new file; a session started after the install, before the
+restart, ran the old one), the extension is updated with ALTER EXTENSION ... UPDATE to a
+synthetic next version, every worker is restarted one instance at a time (SIGTERM, a fresh start,
 /readyz before the next), the update is rolled back, and every record whose
 COMMIT returned reaches every subscribed destination at least once: delivered with a 2xx,
 or, for a destination that refuses it, a dead letter written by the dlq worker.
