@@ -3,10 +3,12 @@ Postgres): the producer is replaced by a new one, the records meanwhile go to th
 (202), the direct path answers 201 again afterwards, and every record answered 2xx is in
 Kafka. The fatal error is injected with rd_kafka_test_fatal_error through the test-only
 hook WAL_INGEST_TEST_FATAL_FILE (src/workers/ingest/ingest_fault_hook.h), which is off
-unless that variable is set."""
+unless that variable is set. And a change of the control plane's kafka_bootstrap_servers
+replaces both producers without a restart."""
 import time
 
 from conftest import connect
+from consumer_helpers import wait_published
 from ingest_helpers import Ingest, IngestLoad, send_record, setup_ingest, topics_with_token
 from relay_helpers import read_topic, report, wait_until
 
@@ -73,3 +75,33 @@ def test_the_fault_hook_is_off_without_its_variable(tmp_path, kafka_bootstrap, u
         assert "test_hook" not in ingest.log_path.read_text()
     finally:
         ingest.stop()
+
+
+def test_a_change_of_bootstrap_servers_replaces_the_producers(tmp_path, kafka_bootstrap, unique):
+    """Started on a bootstrap address where nothing listens (records go to the outbox), the
+    service follows the control plane to the real broker without a restart."""
+    with connect() as conn:
+        setup_ingest(conn)
+        (topic,), token = topics_with_token(conn, unique, acks=-1)
+        before = conn.execute("SELECT kafka_bootstrap_servers FROM wal_delivery.settings").fetchone()[0]
+        conn.execute("UPDATE wal_delivery.settings SET kafka_bootstrap_servers = '127.0.0.1:1'")
+        wait_published(conn)
+    ingest = Ingest(tmp_path, None)  # no -X bootstrap.servers: the control plane's
+    try:
+        ingest.wait_listening()
+        wait_until(lambda: send_record(ingest.port, topic, token)[0] == 202, 30,
+                   what="202s while the configured bootstrap is unreachable")
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET kafka_bootstrap_servers = %s",
+                         (kafka_bootstrap,))
+            wait_published(conn)
+        wait_until(lambda: send_record(ingest.port, topic, token)[0] == 201, 60,
+                   what="201s through the new bootstrap servers")
+        assert "event=kafka_bootstrap_changed" in ingest.log_path.read_text()
+        assert ingest.metric("wal_ingest_kafka_producer_restarts_total",
+                             reason="bootstrap_changed") == 2
+    finally:
+        ingest.stop()
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET kafka_bootstrap_servers = %s", (before,))
+            wait_published(conn)
