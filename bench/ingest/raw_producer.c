@@ -9,12 +9,14 @@
  *
  * The payload is JSON of PAYLOAD_BYTES bytes with the five headers the ingest service adds.
  * One warm-up second is not counted. stdout gets one line:
- *   msgs_per_s=<rate> p50_ms=<ms> p99_ms=<ms> delivered=<n> failed=<n>
+ *   msgs_per_s=<rate> p50_ms=<ms> p99_ms=<ms> delivered=<n> failed=<n> cpu_ms=<ms>
+ * (cpu_ms: the process's user + system time, warm-up included, as delivered is).
  * Exit status 1 if a message failed or something else went wrong.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <librdkafka/rdkafka.h>
@@ -111,6 +113,7 @@ main(int argc, char **argv)
 	char err[512];
 	double seconds;
 	int window;
+	struct rusage usage;
 
 	if (argc != 6)
 	{
@@ -153,9 +156,12 @@ main(int argc, char **argv)
 		fprintf(stderr, "raw_producer: nothing delivered\n");
 		return 1;
 	}
+	getrusage(RUSAGE_SELF, &usage);
 	qsort(latencies, (size_t) measured, sizeof(double), by_value);
-	printf("msgs_per_s=%.0f p50_ms=%.2f p99_ms=%.2f delivered=%ld failed=%ld\n",
+	printf("msgs_per_s=%.0f p50_ms=%.2f p99_ms=%.2f delivered=%ld failed=%ld cpu_ms=%.0f\n",
 		   measured / seconds, latencies[measured / 2], latencies[(long) (measured * 0.99)],
-		   delivered, failed);
+		   delivered, failed,
+		   (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000.0 +
+			   (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000.0);
 	return failed ? 1 : 0;
 }
