@@ -116,7 +116,10 @@ run_ingest(const worker_options *opts)
 	{
 		sd_notify_loop();
 		if (config_watch_poll(watch))
+		{
 			install_catalog(config_watch_current(watch));
+			ingest_kafka_set_bootstrap(config_watch_current(watch)->kafka_bootstrap_servers);
+		}
 		usleep(LOOP_MS * 1000);
 	}
 

@@ -9,12 +9,21 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include "common/log.h"
 
 static pthread_mutex_t current_lock = PTHREAD_MUTEX_INITIALIZER;
 static ingest_catalog *current;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static EVP_MD *sha256; /* NULL: SHA256() then */
+
+static void
+fetch_sha256(void)
+{
+	sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
 
 static char *
 must_strdup(const char *s)
@@ -183,7 +192,10 @@ ingest_catalog_token(const ingest_catalog *catalog, const char *bearer)
 {
 	unsigned char digest[SHA256_DIGEST_LENGTH];
 
-	SHA256((const unsigned char *) bearer, strlen(bearer), digest);
+	/* With the digest fetched once: SHA256() looks it up again on every call. */
+	pthread_once(&sha256_once, fetch_sha256);
+	if (sha256 == NULL || !EVP_Digest(bearer, strlen(bearer), digest, NULL, sha256, NULL))
+		SHA256((const unsigned char *) bearer, strlen(bearer), digest);
 	for (int i = 0; i < catalog->n_tokens; i++)
 		if (memcmp(catalog->tokens[i].sha256, digest, sizeof(digest)) == 0)
 			return &catalog->tokens[i];

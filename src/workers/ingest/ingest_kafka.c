@@ -4,6 +4,14 @@
  * One thread serves both producers' delivery reports and walks the deadline list: records
  * in the order they were produced, so their deadlines are in order too, and only the head
  * is ever due.
+ *
+ * The same thread replaces a producer that can no longer produce: the idempotent producer
+ * after a fatal error (rd_kafka_fatal_error: every produce fails from then on), and both
+ * when the control plane's bootstrap servers change. Meanwhile Kafka counts as down, so
+ * records go to the outbox. The old producer's messages get their delivery reports before
+ * it is destroyed: those Kafka stored settle 201, the others fall back to the outbox, so
+ * no record answered 2xx depends on a producer that is gone. Submitters hold
+ * producers_lock (read) while they produce; the swap takes it for writing.
  */
 #include "ingest_kafka.h"
 
@@ -20,18 +28,33 @@
 #include "common/clock.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
+#include "ingest/ingest_fault_hook.h"
 #include "ingest/ingest_metrics.h"
 #include "ingest/ingest_outbox.h"
 
 #define PROBE_INTERVAL_MS 500
 #define POLL_MS           5
+#define REPLACE_RETRY_MS  1000 /* after a producer could not be made */
 
 /* The relay's limit: the broker, which knows each topic's limit, judges every record. */
 #define MESSAGE_MAX_BYTES "101048576"
 
 static rd_kafka_t *producer_all;    /* acks=all, idempotent */
 static rd_kafka_t *producer_leader; /* acks=1 */
+static pthread_rwlock_t producers_lock = PTHREAD_RWLOCK_INITIALIZER;
+static const worker_options *options;
 static int deadline;
+static atomic_bool fatal_seen;  /* the idempotent producer failed fatally: replace it */
+static int64_t next_replace_ms; /* poller's: no new producer tried before then */
+
+/* The bootstrap servers the producers use (poller's) and the configuration's latest. */
+static char *bootstrap_used;
+static struct
+{
+	pthread_mutex_t lock;
+	char *servers;
+	bool changed;
+} bootstrap_wanted = {PTHREAD_MUTEX_INITIALIZER, NULL, false};
 static pthread_t poller;
 static atomic_bool stopping;
 static atomic_bool kafka_down;
@@ -129,6 +152,11 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	(void) opaque;
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		set_down("all brokers down");
+	if (err == RD_KAFKA_RESP_ERR__FATAL) /* only idempotence raises one: producer_all */
+	{
+		atomic_store(&fatal_seen, true);
+		set_down("the idempotent producer failed fatally");
+	}
 	log_warn("event=kafka_error client=%s code=%s error=\"%s\"", rd_kafka_name(rk),
 			 rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
@@ -215,6 +243,94 @@ sweep_deadlines(void)
 	}
 }
 
+/*
+ * Lets the old producer report every message (stored: 201; failed or purged: the outbox),
+ * then destroys it. Messages a fatal error left can never be stored: they are purged at
+ * once; otherwise the old producer has the deadline to finish them.
+ */
+static void
+retire_producer(rd_kafka_t *old, bool fatal)
+{
+	if (!fatal)
+		rd_kafka_flush(old, deadline);
+	rd_kafka_purge(old, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_flush(old, 2000);
+	rd_kafka_destroy(old);
+}
+
+/* Replaces *slot with a new producer; false (the old one kept) when it cannot be made. */
+static bool
+replace_producer(rd_kafka_t **slot, bool idempotent, const char *bootstrap, bool fatal,
+				 const char *reason)
+{
+	char errbuf[512];
+	rd_kafka_t *fresh = make_producer(options, bootstrap, idempotent, errbuf, sizeof(errbuf));
+	rd_kafka_t *old;
+	const char *labels[] = {reason};
+
+	if (fresh == NULL)
+	{
+		log_error("event=kafka_producer_recreate_failed reason=%s error=\"%s\" retry_ms=%d", reason,
+				  errbuf, REPLACE_RETRY_MS);
+		next_replace_ms = now_ms() + REPLACE_RETRY_MS;
+		return false;
+	}
+	pthread_rwlock_wrlock(&producers_lock);
+	old = *slot;
+	*slot = fresh;
+	pthread_rwlock_unlock(&producers_lock);
+	retire_producer(old, fatal);
+	metric_add(ingest_m.producer_restarts, 1, labels);
+	log_info("event=kafka_producer_recreated client=%s reason=%s", rd_kafka_name(fresh), reason);
+	return true;
+}
+
+static void
+replace_after_fatal_error(void)
+{
+	char why[512];
+	rd_kafka_resp_err_t err = rd_kafka_fatal_error(producer_all, why, sizeof(why));
+
+	log_error("event=kafka_producer_fatal code=%s error=\"%s\" msg=\"records go to the outbox "
+			  "until a new producer is made\"",
+			  rd_kafka_err2name(err), why);
+	set_down("the idempotent producer failed fatally");
+	if (replace_producer(&producer_all, true, bootstrap_used, true, "fatal_error"))
+		atomic_store(&fatal_seen, false);
+}
+
+static void
+follow_bootstrap(void)
+{
+	char *servers = NULL;
+	bool changed;
+
+	if (now_ms() < next_replace_ms)
+		return;
+	pthread_mutex_lock(&bootstrap_wanted.lock);
+	changed = bootstrap_wanted.changed;
+	if (changed)
+		servers = bootstrap_wanted.servers ? strdup(bootstrap_wanted.servers) : NULL;
+	bootstrap_wanted.changed = false;
+	pthread_mutex_unlock(&bootstrap_wanted.lock);
+	if (!changed)
+		return;
+	log_info("event=kafka_bootstrap_changed servers=\"%s\"", servers ? servers : "");
+	if (replace_producer(&producer_all, true, servers, false, "bootstrap_changed") &&
+		replace_producer(&producer_leader, false, servers, false, "bootstrap_changed"))
+	{
+		free(bootstrap_used);
+		bootstrap_used = servers;
+		atomic_store(&fatal_seen, false); /* a fatal error of the old producer is gone too */
+		return;
+	}
+	/* Tried again later, unless the configuration changed again meanwhile. */
+	free(servers);
+	pthread_mutex_lock(&bootstrap_wanted.lock);
+	bootstrap_wanted.changed = true;
+	pthread_mutex_unlock(&bootstrap_wanted.lock);
+}
+
 static void *
 poller_main(void *arg)
 {
@@ -224,8 +340,28 @@ poller_main(void *arg)
 		rd_kafka_poll(producer_all, POLL_MS);
 		rd_kafka_poll(producer_leader, 0);
 		sweep_deadlines();
+		if (ingest_fault_hook_due())
+			rd_kafka_test_fatal_error(producer_all, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+									  "injected by the test hook (WAL_INGEST_TEST_FATAL_FILE)");
+		follow_bootstrap();
+		if (atomic_load(&fatal_seen) && now_ms() >= next_replace_ms)
+			replace_after_fatal_error();
 	}
 	return NULL;
+}
+
+void
+ingest_kafka_set_bootstrap(const char *servers)
+{
+	pthread_mutex_lock(&bootstrap_wanted.lock);
+	if ((servers == NULL) != (bootstrap_wanted.servers == NULL) ||
+		(servers && strcmp(servers, bootstrap_wanted.servers) != 0))
+	{
+		free(bootstrap_wanted.servers);
+		bootstrap_wanted.servers = servers ? strdup(servers) : NULL;
+		bootstrap_wanted.changed = true;
+	}
+	pthread_mutex_unlock(&bootstrap_wanted.lock);
 }
 
 /* While Kafka is down, one record per interval is let through to find out. */
@@ -242,10 +378,19 @@ take_probe_slot(void)
 void
 ingest_kafka_submit(ingest_record *r)
 {
-	rd_kafka_t *rk = r->acks == 1 ? producer_leader : producer_all;
 	rd_kafka_headers_t *hdrs;
 	rd_kafka_resp_err_t err;
 
+#ifdef INGEST_BENCH_HTTP_CEILING
+	/*
+	 * bench/ingest builds a second binary with this defined: every record is answered 201
+	 * at once and nothing is produced, which measures the HTTP server alone (its ceiling).
+	 * Never defined in the real build.
+	 */
+	atomic_store(&r->route, ROUTE_SETTLED);
+	ingest_record_settle_kafka(r, 0, 0);
+	return;
+#endif
 	if (atomic_load(&kafka_down) && !take_probe_slot())
 	{
 		atomic_store(&r->route, ROUTE_OUTBOX);
@@ -263,16 +408,22 @@ ingest_kafka_submit(ingest_record *r)
 	r->deadline_ms = now_ms() + deadline;
 	ingest_record_ref(r); /* librdkafka's, dropped in on_delivery */
 	inflight_push(r);
+	pthread_rwlock_rdlock(&producers_lock);
 	err = rd_kafka_producev(
-		rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_VALUE(r->payload, r->payload_len),
+		r->acks == 1 ? producer_leader : producer_all, RD_KAFKA_V_TOPIC(r->topic),
+		RD_KAFKA_V_VALUE(r->payload, r->payload_len),
 		RD_KAFKA_V_KEY(r->message_key, r->message_key ? strlen(r->message_key) : 0),
 		RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(r),
 		RD_KAFKA_V_END);
+	pthread_rwlock_unlock(&producers_lock);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
 		if (err == RD_KAFKA_RESP_ERR__FATAL)
+		{
+			atomic_store(&fatal_seen, true);
 			set_down("the idempotent producer failed fatally");
+		}
 		fall_back(r, err == RD_KAFKA_RESP_ERR__QUEUE_FULL ? "queue_full" : rd_kafka_err2name(err));
 		ingest_record_release(r); /* librdkafka never took it */
 	}
@@ -283,6 +434,12 @@ ingest_kafka_start(const worker_options *opts, const char *bootstrap, int deadli
 				   size_t errbuf_size)
 {
 	deadline = deadline_ms;
+	options = opts;
+	bootstrap_used = bootstrap ? strdup(bootstrap) : NULL;
+	ingest_kafka_set_bootstrap(bootstrap);
+	pthread_mutex_lock(&bootstrap_wanted.lock);
+	bootstrap_wanted.changed = false; /* the producers below use it */
+	pthread_mutex_unlock(&bootstrap_wanted.lock);
 	producer_all = make_producer(opts, bootstrap, true, errbuf, errbuf_size);
 	if (producer_all == NULL)
 		return false;

@@ -9,6 +9,8 @@
  *
  * After a failure Kafka counts as down: records go straight to the outbox, except one
  * probe record every PROBE_INTERVAL_MS, whose acknowledgement brings Kafka back up.
+ * A producer that failed fatally (idempotence) is replaced by a new one, and both are
+ * when the bootstrap servers change (ingest_kafka.c).
  */
 #ifndef WAL_INGEST_KAFKA_H
 #define WAL_INGEST_KAFKA_H
@@ -27,6 +29,13 @@ bool ingest_kafka_start(const worker_options *opts, const char *bootstrap, int d
 void ingest_kafka_submit(ingest_record *r);
 
 bool ingest_kafka_up(void);
+
+/*
+ * The control plane's bootstrap servers (NULL: -X bootstrap.servers); when they differ
+ * from the producers', the producers are replaced (-X bootstrap.servers, when given, still
+ * wins over them).
+ */
+void ingest_kafka_set_bootstrap(const char *servers);
 
 /* Waits for outstanding reports (at most deadline), then closes the producers. */
 void ingest_kafka_stop(void);

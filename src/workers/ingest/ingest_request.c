@@ -97,13 +97,20 @@ ingest_request_wait(ingest_request *req)
 void
 ingest_request_record_done(ingest_request *req)
 {
+	bool resume;
+
 	pthread_mutex_lock(&req->lock);
-	if (--req->outstanding == 0 && req->suspended)
-	{
+	resume = --req->outstanding == 0 && req->suspended;
+	if (resume)
 		req->suspended = false;
-		MHD_resume_connection(req->connection);
-	}
 	pthread_mutex_unlock(&req->lock);
+	/*
+	 * After the unlock: once resumed, the server's thread may answer and free req at any
+	 * moment, so nothing here touches it afterwards. Until then it stays suspended, so req
+	 * cannot go away between the unlock and the resume.
+	 */
+	if (resume)
+		MHD_resume_connection(req->connection);
 }
 
 static enum MHD_Result
