@@ -133,5 +133,8 @@ def env_cmd(*args, env_dir=None, check=True, timeout=300):
     env = dict(os.environ)
     if env_dir:
         env["WAL_ENV_DIR"] = str(env_dir)
-    return subprocess.run([str(ENV), *args], capture_output=True, text=True, env=env,
-                          check=check, timeout=timeout)
+    out = subprocess.run([str(ENV), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    if check and out.returncode != 0:  # with tests/env's own words, which say why
+        raise AssertionError(f"tests/env {' '.join(args)} exited {out.returncode}:\n"
+                             f"{out.stdout[-2000:]}{out.stderr[-4000:]}")
+    return out

@@ -145,3 +145,28 @@ def standard_webhooks_signature(secret, msg_id, timestamp, body):
     key = base64.b64decode(secret.removeprefix("whsec_"))
     mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
     return "v1," + base64.b64encode(mac).decode()
+
+
+def wait_group_caught_up(bootstrap, group, topic, timeout=60):
+    """Waits until consumer group has committed every record topic holds now. The
+    workers commit a record's offset only once it is done (a consumer's copies delivered
+    or handed off, a DLQ message in dead_letters), so this is the observed event after
+    which nothing more can come of those records: where an absence check starts."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+
+        def behind():
+            try:
+                committed = c.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+            except KafkaException:
+                return None
+            return {tp.partition: (low, high) for tp in committed
+                    for low, high in [ends[tp.partition]] if max(tp.offset, low) < high}
+
+        wait_until(lambda: behind() == {}, timeout,
+                   what=f"{group} to commit {topic} up to {ends} (behind: {behind()})")
+    finally:
+        c.close()

@@ -84,10 +84,16 @@ def test_cluster_conditions_hold_records_without_killing_or_rewriting_them(clust
         wait_until(lambda: (s := status(conn, "cc.ok")) and not s[1] and s[2], 90,
                    what="the reconciler to fail on cc.ok's config")
         assert status(conn, "cc.ok")[0] is True, "a topic that exists must stay shippable"
-        time.sleep(15)  # the relay's first attempts time out and it backs off
+        # The relay's first attempts time out: it says so once, after the pass that gave
+        # the rows it tried their reason. Then its backoff grows (1, 2, 4, 8 s), a timer
+        # with nothing to observe, before the quiet state is measured.
+        wait_until(lambda: any(m in log.read_text(errors="replace")[log_from:] for m in (
+            "wal_delivery relay: Kafka unreachable", "wal_delivery relay: Kafka does not take records")),
+                   120, what="the relay's first attempts to fail")
+        time.sleep(15)
 
         lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-        time.sleep(30)
+        time.sleep(30)  # the window WAL and rewrites are measured over, brokers still down
         wal = wal_bytes_since(conn, lsn)
         written = conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = 'cc.ok'"
                                " AND state = 'pending' AND last_error IS NOT NULL").fetchone()[0]

@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from conftest import Destination, connect, record_key
-from consumer_helpers import Worker, add_destination, standard_webhooks_signature, wait_published
+from consumer_helpers import (Worker, add_destination, standard_webhooks_signature, wait_group_caught_up,
+                              wait_published)
 from relay_helpers import duplicates, make_topic, read_topic, report, wait_all_stored, wait_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -205,7 +206,7 @@ def test_kill9_of_a_consumer_mid_flight_repeated_loses_nothing(tmp_path, workers
         d.stop()
 
 
-def test_a_dedicated_consumer_serves_only_its_destination(tmp_path, workers, unique):
+def test_a_dedicated_consumer_serves_only_its_destination(tmp_path, workers, kafka_bootstrap, unique):
     topic = f"c.ded.{unique}"
     busy, quiet = Destination(tmp_path), Destination(tmp_path)
     try:
@@ -219,11 +220,13 @@ def test_a_dedicated_consumer_serves_only_its_destination(tmp_path, workers, uni
             wait_published(conn)
         workers()
         quiet.wait_for(3)
-        time.sleep(2)
+        # Every copy the shared consumer made of the three records is done: one for busy
+        # would have reached it by now.
+        wait_group_caught_up(kafka_bootstrap, "wal_delivery.shared", topic)
         assert busy.requests() == [], "the shared consumer served a dedicated destination"
         workers("--destination", f"busy-{unique}")
         busy.wait_for(3)
-        time.sleep(1)
+        wait_group_caught_up(kafka_bootstrap, f"wal_delivery.dedicated.busy-{unique}", topic)
         assert len(quiet.requests()) == 3, "the dedicated consumer served another destination"
     finally:
         busy.stop()
@@ -310,9 +313,11 @@ def test_a_worker_started_while_the_database_is_down_uses_a_peer(tmp_path, worke
     peer = workers()
     peer.wait_ready()
     lonely = workers(conninfo="host=127.0.0.1 port=1 connect_timeout=1")
-    time.sleep(4)
+    # It tried, found no config, and tried again: it waits, it does not exit.
+    wait_until(lambda: lonely.output().count("event=no_config") >= 2 or lonely.proc.poll() is not None,
+               60, what="the worker to try for its config twice")
     assert lonely.proc.poll() is None, "a worker without config must wait, not exit"
-    assert "event=no_config" in lonely.output()
+    assert lonely.output().count("event=no_config") >= 2
     assert lonely.stop() == 0
     # A worker that does not hold the fleet's token gets nothing from the peer.
     outsider = workers("--peer", peer.url(""), conninfo="host=127.0.0.1 port=1 connect_timeout=1",
@@ -493,7 +498,8 @@ def test_without_a_push_the_poll_finds_the_change(tmp_path, workers, unique):
         d.stop()
 
 
-def test_the_same_key_on_two_topics_is_two_records_for_a_destination(tmp_path, workers, unique):
+def test_the_same_key_on_two_topics_is_two_records_for_a_destination(tmp_path, workers, kafka_bootstrap,
+                                                                     unique):
     """Keys are unique per topic: a destination subscribed to both topics gets both
     records, each identified as <topic>:<key> (Idempotency-Key and webhook-id)."""
     first, second = f"c.twin1.{unique}", f"c.twin2.{unique}"
@@ -508,8 +514,10 @@ def test_the_same_key_on_two_topics_is_two_records_for_a_destination(tmp_path, w
                 wait_all_stored(conn, topic, 1)
             wait_published(conn)
         workers()
-        got = d.wait_for(2)
-        time.sleep(1)  # a wrongly deduped copy would not come later either; extra ones would
+        d.wait_for(2)
+        # Both records done: an extra copy would have arrived (a wrongly deduped one never does).
+        for topic in (first, second):
+            wait_group_caught_up(kafka_bootstrap, "wal_delivery.shared", topic)
         got = d.requests()
         assert sorted(r["headers"]["idempotency-key"] for r in got) == [f"{first}:order-42", f"{second}:order-42"]
         for r in got:
@@ -548,13 +556,14 @@ def test_a_copy_that_cannot_be_signed_is_a_dead_letter_and_never_sent_unsigned(
         for key in (bad_key, long_key):
             assert key in dead, f"{key[:20]!r} is not in the DLQ topic"
             assert "cannot sign" in dead[key][0]["headers"]["last-error"]
-        time.sleep(1)
+        wait_group_caught_up(kafka_bootstrap, "wal_delivery.shared", topic)  # all three done
         assert len(d.requests()) == 1, "an unsignable copy reached the destination"
     finally:
         d.stop()
 
 
-def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_path, workers, unique):
+def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_path, workers, kafka_bootstrap,
+                                                                         unique):
     """The breaker is checked when a request starts, not only when it is queued: a slow
     destination with one request in flight and the rest queued in the engine is paused;
     from then on it gets nothing (its probe is the retry consumers' job), and the queued
@@ -579,7 +588,9 @@ def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_pat
             paused_at = time.time()
         wait_until(lambda: (w.metric("wal_breaker_open_handoffs_total", destination=name) or 0) >= 28, 30,
                    what="the queued copies handed to step 1")
-        time.sleep(2)
+        # All 30 done (the one in flight at the pause answered, the rest handed off): a
+        # request to the paused destination would have arrived by now.
+        wait_group_caught_up(kafka_bootstrap, "wal_delivery.shared", topic)
         late = [r for r in d.requests() if r["arrived_at"] > paused_at + 0.5]
         assert late == [], f"{len(late)} requests reached the paused destination"
         assert len(d.requests()) <= 2

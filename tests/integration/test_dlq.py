@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from conftest import Destination, connect
-from consumer_helpers import Worker, add_destination, wait_published
+from consumer_helpers import Worker, add_destination, wait_group_caught_up, wait_published
 from relay_helpers import make_topic, wait_all_stored, wait_until
 from test_log import parse_logfmt
 
@@ -53,7 +53,13 @@ def test_dead_letters_are_ingested_once_with_one_alert_each(tmp_path, kafka_boot
             again = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
             workers.append(again)
             wait_until(lambda: len(rows_for(conn, name)) == 40, 60, what="all 40 dead letters")
-            time.sleep(3)  # a duplicate would show up now
+            # Nothing left to come: the new worker has committed the whole DLQ topic (after
+            # each insert) and every entry's alert went out (sent, then marked).
+            dlq_topic = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
+            wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
+            wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE"
+                                            " destination = %s AND alerted_at IS NULL",
+                                            (name,)).fetchone()[0] == 0, 60, what="every alert sent")
             rows = rows_for(conn, name)
         assert [r[0] for r in rows] == keys, "each DLQ message exactly once"
         key, origin, src, payload, error, attempts, has_outbox = rows[7]

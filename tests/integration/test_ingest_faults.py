@@ -48,7 +48,8 @@ def test_brokers_down_mid_load_fall_back_to_the_outbox_and_ship_later(ingest, ka
             env_cmd("kafka-start", str(n))
         wait_until(lambda: load.count(201) > 0 and load.answers[-1][3] == 201, 120,
                    what="201s again after the brokers are back")
-        time.sleep(1)
+        back = load.count(201)
+        wait_until(lambda: load.count(201) >= back + 50, 60, what="the load going on after the brokers are back")
     statuses = {a[3] for a in load.answers}
     assert statuses <= {201, 202}, f"refused while Postgres was up: {statuses} {load.errors[:3]}"
     # Once Kafka is known down, an answer takes no longer than the deadline (plus the

@@ -3,7 +3,6 @@ through every hop (relay, main topic, consumer, a retry step hand-off, the retry
 the destination), and a hand-off Kafka refuses as too large goes to the DLQ by reference
 (outbox id, source topic, partition and offset, the reason; payload omitted) instead of
 being tried again forever while its partition's offset stands still."""
-import time
 
 import psycopg
 import pytest
@@ -123,9 +122,17 @@ def test_a_hand_off_the_broker_refuses_as_too_large_goes_to_the_dlq_by_reference
         # Hold the reconciler's periodic round, which would set the limit back (a config
         # change would too: the limit is lowered once the workers are up).
         conn.execute("ALTER SYSTEM SET wal_delivery.reconcile_interval = '1h'")
+        reloaded_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
         conn.execute("SELECT pg_reload_conf()")
+
     def lower_the_limit():
-        time.sleep(2)  # the reload's round is over
+        # The reload makes the reconciler run a round at once; it is over once it has
+        # recorded step 1 after the reload.
+        with connect() as conn:
+            wait_until(lambda: conn.execute("SELECT reconciled_at > %s FROM wal_delivery.kafka_topics"
+                                            " WHERE topic = 'wal_delivery.retry.1'",
+                                            (reloaded_at,)).fetchone()[0], 60,
+                       what="the reconciler's round after the reload")
         [future] = admin.incremental_alter_configs([step1]).values()
         future.result(20)
         wait_until(lambda: kafka_config(admin, "wal_delivery.retry.1")["max.message.bytes"] == "100000",

@@ -16,7 +16,7 @@ from conftest import connect, env_cmd
 from consumer_helpers import Worker
 from process_helpers import (WORKER_ROLE, TransformServer, ensure_worker_role, install_audit,
                              make_processing_topic, remove_audit, transitions, wrap)
-from relay_helpers import ensure_extension, read_topic, report, states, wait_all_stored, wait_until
+from relay_helpers import ensure_extension, make_topic, read_topic, report, states, wait_all_stored, wait_until
 
 SQL_WRAP = """
 CREATE OR REPLACE FUNCTION proc_test.wrap(p bytea) RETURNS bytea LANGUAGE sql AS $$
@@ -74,9 +74,14 @@ def test_sql_and_http_processors_reach_kafka_processed_with_their_keys(tmp_path,
             keys = [f"k{i:03}" for i in range(60)]
             enqueue_json(conn, sql_topic, keys)
             enqueue_json(conn, http_topic, keys)
-            # Nothing ships before it is processed.
-            time.sleep(2)
+            # Nothing ships before it is processed: a record committed after them on a
+            # plain topic is stored, so the relay has had its pass over them.
+            plain = f"proc.plain.{unique}"
+            make_topic(conn, plain)
+            conn.execute("SELECT wal_enqueue(%s, 'after'::text, 'after')", (plain,))
+            wait_all_stored(conn, plain, 1)
             assert states(conn, sql_topic) == {"pending": 60}
+            assert states(conn, http_topic) == {"pending": 60}
             w = start(workers, tmp_path, "p1")
             wait_all_stored(conn, sql_topic, 60)
             wait_all_stored(conn, http_topic, 60)
@@ -269,7 +274,7 @@ def test_a_processor_that_always_fails_gets_exactly_five_attempts_then_dead_lett
             enqueue_json(conn, topic, ["doomed"])
             w = start(workers, tmp_path, "p1")
             wait_until(lambda: states(conn, topic) == {"dead": 1}, 30, what="the row dead")
-            time.sleep(1)  # a sixth attempt would show now
+            time.sleep(1)  # absence window from the row's death: a sixth attempt would show now
             dead = conn.execute("SELECT origin, attempts, last_error, convert_from(payload, 'UTF8')"
                                 " FROM wal_delivery.dead_letters WHERE topic = %s", (topic,)).fetchall()
             assert len(dead) == 1
@@ -425,7 +430,7 @@ def test_postgres_immediate_stop_mid_backlog_loses_nothing_and_processes_once(
         wait_until(lambda: 100 <= states(conn, topic).get("stored", 0) + states(conn, topic).get("processed", 0),
                    60, what="some rows processed")
     env_cmd("pg-stop-immediate")
-    time.sleep(1)
+    time.sleep(1)  # the fault window: Postgres stays down a second under the worker
     env_cmd("pg-start")
     with connect() as conn:
         wait_all_stored(conn, topic, n, timeout=120)
@@ -579,7 +584,11 @@ def test_sigterm_mid_batch_gives_back_the_rows_it_has_not_started(tmp_path, uniq
         enqueue_json(conn, topic, [f"k{i:02}" for i in range(30)])
         w = start(workers, tmp_path, "p1")
         wait_until(lambda: states(conn, topic).get("processing") == 30, 20, what="the batch claimed")
-        time.sleep(1.0)  # a few rows processed, most not started
+        # The batch is one transaction: what shows is the worker running a row's processor
+        # (that row is finished at the stop); most rows are not started yet, 0.3 s each.
+        wait_until(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'p1'"
+                                        " AND state = 'active' AND query LIKE '%run_sql_processor_row%'"
+                                        ).fetchone()[0], 30, what="a row's processor running")
         stopped = time.monotonic()
         assert w.stop() == 0
         assert time.monotonic() - stopped < 5, "the stop waits for one row, not the batch"

@@ -67,7 +67,17 @@ def test_commit_wakes_the_relay_without_waiting_for_its_idle_interval(db, unique
     db.execute("ALTER SYSTEM SET wal_delivery.relay_idle_interval = '60s'")
     db.execute("SELECT pg_reload_conf()")
     try:
-        time.sleep(1.5)  # the relay is now asleep for up to 60 s unless woken
+        # The reload has gone out (a new session has it) and the relay, woken by it, is
+        # back in its idle wait.
+        def reloaded_and_idle():
+            with connect() as conn:
+                return conn.execute("SHOW wal_delivery.relay_idle_interval").fetchone()[0] == "1min" \
+                    and conn.execute("SELECT bool_and(wait_event_type = 'Extension') FROM pg_stat_activity"
+                                     " WHERE backend_type = 'wal_delivery relay'").fetchone()[0]
+        wait_until(reloaded_and_idle, 30, what="the reload taken and the relay idle")
+        # The relay reads its idle interval before it reloads: the old 1 s wait runs out
+        # first (a timer, nothing to observe); from then on it sleeps 60 s unless woken.
+        time.sleep(1.5)
         start = time.time()
         db.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'wake-me')", (topic,))
         wait_all_stored(db, topic, 1, timeout=20)
@@ -129,10 +139,10 @@ def test_kafka_down_30s_under_load_loses_nothing_relay_backs_off_then_drains(db,
                        what="the relay to notice the outage")
             [pid] = relay_pids(db)
             ticks = cpu_ticks(pid)
-            time.sleep(5)
+            time.sleep(5)  # the window the relay's CPU is measured over, from its noticing the outage
             used = (cpu_ticks(pid) - ticks) / os.sysconf("SC_CLK_TCK")
             assert used < 0.5, f"the relay burnt {used:.2f} s of CPU in 5 s while Kafka was down"
-            time.sleep(max(0, 30 - (time.time() - stopped_at)))
+            time.sleep(max(0, 30 - (time.time() - stopped_at)))  # the fault window: Kafka down 30 s
             assert len(load.acked) > acked_at_stop + 100, "enqueue stalled while Kafka was down"
             assert load.errors == 0
         finally:
@@ -209,7 +219,7 @@ def test_reload_applies_new_kafka_properties(db, kafka_bootstrap, unique):
         wait_until(lambda: "No such configuration property" in server_log(), 20,
                    what="the relay to report the bad property")
         db.execute("SELECT wal_enqueue(%s, 'held'::text, 'r2')", (topic,))
-        time.sleep(2)
+        time.sleep(2)  # absence window from the commit, which wakes the relay: a shipped row would show
         assert states(db, topic).get("pending") == 1, "shipped with a broken configuration"
     finally:
         db.execute("ALTER SYSTEM RESET wal_delivery.kafka_properties")

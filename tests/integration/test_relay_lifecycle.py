@@ -46,7 +46,14 @@ def test_acks_are_honoured_per_topic_on_a_three_broker_cluster():
             # acks=1: the leader's word is enough. acks=all: not enough in-sync replicas.
             wait_until(lambda: states(conn, "acks.leader") == {"stored": 11}, 90,
                        what=f"acks=1 records stored (now {states(conn, 'acks.leader')})")
-            time.sleep(3)
+
+            # The relay has tried the acks=all records: they carry Kafka's refusal (or,
+            # wrongly, they are stored).
+            def tried():
+                return conn.execute("SELECT count(*) FILTER (WHERE state = 'stored') > 1"
+                                    " OR count(*) FILTER (WHERE state = 'pending' AND last_error IS NOT NULL) > 0"
+                                    " FROM wal_delivery.outbox WHERE topic = 'acks.all'").fetchone()[0]
+            wait_until(tried, 90, what=f"the relay to try the acks=all records (now {states(conn, 'acks.all')})")
             assert states(conn, "acks.all") == {"stored": 1, "pending": 10}
             error = conn.execute("SELECT last_error FROM wal_delivery.outbox WHERE topic = 'acks.all'"
                                  " AND state = 'pending' LIMIT 1").fetchone()[0]

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from conftest import Destination, connect, record_key
-from consumer_helpers import add_destination, wait_published
+from consumer_helpers import add_destination, wait_group_caught_up, wait_published
 from relay_helpers import make_topic, report, wait_all_stored, wait_until
 from retry_helpers import (TIME_SCALE, Fleet, attempt_of, by_key, dead_letters, destination_status,
                            wait_breaker)
@@ -125,7 +125,7 @@ def test_twenty_failures_pause_everywhere_probes_only_then_ramped_recovery(tmp_p
         before = enqueue_one_by_one(topic, [f"a{i}-{unique}" for i in range(30)])
         status = wait_breaker(x, "open", timeout=30)
         paused_at = status["since"].timestamp()
-        time.sleep(1)  # anything in flight at the pause has landed
+        time.sleep(1)  # absence window from the pause: a request in flight at it would land now
         step1_attempts = [r for r in down.requests("/x") if attempt_of(r) == 2]
         assert len(step1_attempts) == 20, \
             f"exactly 20 consecutive failures at step 1 open the pause, saw {len(step1_attempts)}"
@@ -234,7 +234,15 @@ def test_dead_letters_alert_once_replay_to_their_destination_and_resolve(tmp_pat
         workers[2].stop()
         dlq = fleet.start("dlq")
         dlq.wait_ready()
-        time.sleep(2)
+        # The new worker is done with everything it could take again: it has committed the
+        # whole DLQ topic, and no entry waits for its alert.
+        with connect() as conn:
+            dlq_topic = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
+            wait_group_caught_up(fleet.bootstrap, "wal_delivery.dlq", dlq_topic)
+            wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters"
+                                            " WHERE idempotency_key LIKE %s AND alerted_at IS NULL",
+                                            (f"%{unique}",)).fetchone()[0] == 0, 30,
+                       what="no dead letter waiting for its alert")
         assert len(mine()) == 6, "a restart alerts nothing twice"
         assert len(dead_letters(x)) == 5
 
@@ -345,15 +353,19 @@ def test_tally_mixed_outage_permanent_errors_and_worker_kills(tmp_path, fleet, u
         load = threading.Thread(
             target=enqueue_one_by_one, args=(topic, keys), kwargs={"pause": 0.02})
         load.start()
-        time.sleep(2)
+        # kill -9 a retry worker once the retry steps are at work on this topic,
+        wait_until(lambda: any(attempt_of(r) >= 2 for d in (flaky, outage) for r in d.requests("/t")),
+                   60, what="retry attempts under way")
         retries[0].stop(signal.SIGKILL)
         retries.append(fleet.start("retry"))
-        time.sleep(2)
+        # and a main consumer halfway through the load.
+        wait_until(lambda: len(steady.requests("/t")) >= len(keys) // 2, 60,
+                   what="half the records at the steady destination")
         consumers[0].stop(signal.SIGKILL)
         consumers.append(fleet.start("consume"))
         load.join()
         wait_breaker(f"outage-{unique}", "open", timeout=30)
-        time.sleep(3)
+        time.sleep(3)  # the fault window: the outage goes on 3 s into the pause
         outage.behave(status=200)  # the outage ends; the next probe resumes it
 
         def missing():

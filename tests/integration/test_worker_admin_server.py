@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from relay_helpers import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 INCREMENT_THREADS = 8  # as in the driver
 TOKEN = "peer-token-0123456789"
@@ -337,7 +339,10 @@ def test_concurrent_increments_and_scrapes_lose_nothing(start_driver):
         d.proc.send_signal(signal.SIGUSR1)
         line = d.proc.stdout.readline()  # the driver's threads have all joined
         assert line == f"increments done {total}\n", f"driver: {line!r} {d.proc.poll()}"
-        time.sleep(0.1)
+        # Each scraper gets one more scrape in, after the last increment.
+        after = [len(v) for v in seen]
+        wait_until(lambda: errors or all(len(v) > n for v, n in zip(seen, after)), 30,
+                   what="a scrape by every scraper after the increments")
     finally:
         stop.set()
         for t in scrapers:
