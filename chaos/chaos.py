@@ -64,15 +64,11 @@ STEADY = {  # the behaviour each destination has outside its scripted windows
     "slow": {"delay_ms": 600},
     "rejecting": {"status": 400, "ratio": 0.1},
 }
-# (name, role, extra arguments); the group consumers are static members (--instance), as
-# the shipped systemd unit runs them: a worker killed and started again takes its
-# partitions back without rebalancing the others.
-WORKERS = [
-    ("consume-1", "consume", ["--instance", "consume-1"]),
-    ("consume-2", "consume", ["--instance", "consume-2"]),
-    ("consume-busy", "consume", ["--destination", "busy", "--instance", "consume-busy"]),
-    ("retry-1", "retry", ["--instance", "retry-1"]), ("retry-2", "retry", ["--instance", "retry-2"]),
-    ("dlq", "dlq", ["--instance", "dlq"]), ("process", "process", []),
+WORKERS = [  # (name, role, extra arguments)
+    ("consume-1", "consume", []), ("consume-2", "consume", []),
+    ("consume-busy", "consume", ["--destination", "busy"]),
+    ("retry-1", "retry", []), ("retry-2", "retry", []),
+    ("dlq", "dlq", []), ("process", "process", []),
 ]
 INGEST_WORKERS = [("ingest-1", "ingest", []), ("ingest-2", "ingest", [])]  # behind HAProxy
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"

@@ -3,7 +3,6 @@
  */
 #include "kafka_conf.h"
 
-#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,22 +95,6 @@ kafka_conf_build(const kafka_default *defaults, int n_defaults, const char *boot
 fail:
 	rd_kafka_conf_destroy(conf);
 	return NULL;
-}
-
-rd_kafka_conf_t *
-kafka_conf_build_group_consumer(const kafka_default *defaults, int n_defaults,
-								const char *bootstrap_from_config, const worker_options *opts,
-								char *errbuf, size_t errbuf_size)
-{
-	kafka_default *all = calloc((size_t) n_defaults + 1, sizeof(*all));
-	rd_kafka_conf_t *conf;
-
-	memcpy(all, defaults, sizeof(*all) * (size_t) n_defaults);
-	if (opts->instance)
-		all[n_defaults++] = (kafka_default){"group.instance.id", opts->instance};
-	conf = kafka_conf_build(all, n_defaults, bootstrap_from_config, opts, errbuf, errbuf_size);
-	free(all);
-	return conf;
 }
 
 void

@@ -41,14 +41,4 @@ rd_kafka_conf_t *kafka_conf_build(const kafka_default *defaults, int n_defaults,
  */
 void kafka_take_assignment(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts);
 
-/*
- * A group consumer's defaults plus group.instance.id when --instance names this instance
- * (static membership: a restart does not rebalance the group). Same contract as
- * kafka_conf_build; -X still wins.
- */
-rd_kafka_conf_t *kafka_conf_build_group_consumer(const kafka_default *defaults, int n_defaults,
-												 const char *bootstrap_from_config,
-												 const worker_options *opts, char *errbuf,
-												 size_t errbuf_size);
-
 #endif

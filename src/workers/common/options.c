@@ -87,11 +87,6 @@ static const char common_help[] =
 	"                       for its cached config when the database is unreachable\n"
 	"                       (repeatable), e.g. --peer http://10.0.0.7:9400; sends\n"
 	"                       WAL_PEER_TOKEN from the environment as its bearer token\n"
-	"  --instance NAME      a name for this instance that stays the same across restarts\n"
-	"                       and is unique per role (e.g. host-consume-1): its consumer\n"
-	"                       group membership is static (group.instance.id), so a restart\n"
-	"                       within session.timeout.ms (45 s) takes its partitions back\n"
-	"                       without a rebalance of the other members\n"
 	"  --time-scale N       run every delay, pause and probe interval N times faster\n"
 	"                       (tests use 10; default 1)\n"
 	"  -v, --verbose        log debug events too\n"
@@ -150,8 +145,7 @@ enum
 	OPT_PEER,
 	OPT_ADMIN_LISTEN,
 	OPT_LISTEN,
-	OPT_KAFKA_DEADLINE,
-	OPT_INSTANCE
+	OPT_KAFKA_DEADLINE
 };
 
 int
@@ -166,7 +160,6 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 		{"peer", required_argument, NULL, OPT_PEER},
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"kafka-deadline", required_argument, NULL, OPT_KAFKA_DEADLINE},
-		{"instance", required_argument, NULL, OPT_INSTANCE},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -265,12 +258,6 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 					opts->kafka_deadline_ms > 600000)
 					return usage_error(role, "--kafka-deadline must be 1 to 600000 ms, got '%s'",
 									   optarg);
-				break;
-			case OPT_INSTANCE:
-				if (optarg[0] == '\0' || strlen(optarg) > 200)
-					return usage_error(role, "--instance needs a name of 1 to 200 characters%s",
-									   "");
-				opts->instance = optarg;
 				break;
 			case 'v':
 				opts->verbose = true;

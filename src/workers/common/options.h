@@ -26,7 +26,6 @@ typedef struct
 	const char *role;         /* consume, retry, dlq, process, ingest */
 	const char *conninfo;     /* libpq conninfo; "" means the PG* environment */
 	const char *destination;  /* consume --destination NAME: a dedicated consumer */
-	const char *instance;     /* --instance NAME: static consumer group membership */
 	int admin_port;           /* -1: no admin HTTP server; 0: a free port */
 	const char *admin_listen; /* --admin-listen ADDRESS; NULL: 127.0.0.1 */
 	double time_scale;        /* every delay is divided by this */

@@ -242,9 +242,9 @@ create_consumer(consumer_state *st, char *errbuf, size_t errbuf_size)
 		snprintf(group, sizeof(group), "wal_delivery.dedicated.%s", st->opts->destination);
 	else
 		snprintf(group, sizeof(group), "wal_delivery.shared");
-	conf = kafka_conf_build_group_consumer(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
-										   config_watch_current(st->watch)->kafka_bootstrap_servers,
-										   st->opts, errbuf, errbuf_size);
+	conf = kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
+							config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts,
+							errbuf, errbuf_size);
 	if (conf == NULL)
 		return NULL;
 	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);

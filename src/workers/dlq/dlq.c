@@ -322,7 +322,7 @@ create_consumer(dlq_state *st, char *errbuf, size_t errbuf_size)
 		{"auto.offset.reset", "earliest"},
 		{"client.id", "wal-worker-dlq"},
 	};
-	rd_kafka_conf_t *conf = kafka_conf_build_group_consumer(
+	rd_kafka_conf_t *conf = kafka_conf_build(
 		defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
 		config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
 	rd_kafka_t *rk;

@@ -347,9 +347,9 @@ create_consumer(retry_state *st, char *errbuf, size_t errbuf_size)
 		{"client.id", "wal-worker-retry"},     {"queued.max.messages.kbytes", "16384"},
 	};
 	const control_plane_config *config = config_watch_current(st->watch);
-	rd_kafka_conf_t *conf = kafka_conf_build_group_consumer(
-		defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), config->kafka_bootstrap_servers,
-		st->opts, errbuf, errbuf_size);
+	rd_kafka_conf_t *conf =
+		kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
+						 config->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
 	rd_kafka_topic_partition_list_t *topics;
 	rd_kafka_t *rk;
 
