@@ -111,7 +111,7 @@ def test_worker_package_has_the_binary_the_unit_and_its_user(debs, tmp_path):
     unit = (root / "lib/systemd/system/wal-worker@.service").read_text()
     for line in ("User=wal-delivery", "Restart=on-failure", "EnvironmentFile=/etc/wal-delivery/wal-worker.env",
                  "EnvironmentFile=-/etc/wal-delivery/wal-worker-%i.env", "Environment=WAL_WORKER_ROLE=%i",
-                 "ExecStart=/usr/bin/wal-worker ${WAL_WORKER_ROLE} --instance %H-%i $WAL_WORKER_OPTIONS",
+                 "ExecStart=/usr/bin/wal-worker ${WAL_WORKER_ROLE} $WAL_WORKER_OPTIONS",
                  "Type=notify", "WatchdogSec=60s"):
         assert f"\n{line}\n" in unit, line
     if shutil.which("systemd-analyze"):
