@@ -39,12 +39,16 @@ def test_a_down_destination_walks_every_step_then_the_dlq_on_time(tmp_path, flee
     topic, name = f"r.steps.{unique}", f"down-{unique}"
     down = Destination(tmp_path)
     down.behave(status=503)
-    delays = [10, 20, 30]  # seconds at scale 1: 1 s, 2 s, 3 s at scale 10
+    # Seconds at scale 1: 3, 4 and 5 s at scale 10. Longer than a loaded machine's fetch
+    # latency (a retry message reached its lane 1.3 s after its hand-off at a load of 25):
+    # with 1 s, every message was already overdue on arrival and went out at once, so the
+    # gaps showed the fetch latency, not the schedule and its jitter.
+    delays = [30, 40, 50]
     try:
         with connect() as conn:
             make_topic(conn, topic)
             add_destination(conn, name, down.url + "/in", [topic],
-                            retry_delays="{10 seconds,20 seconds,30 seconds}", retry_jitter=0.2)
+                            retry_delays="{30 seconds,40 seconds,50 seconds}", retry_jitter=0.2)
             wait_published(conn)
         workers = fleet.start_ready("consume", "retry", "dlq")
         dlq = workers[2]
