@@ -43,6 +43,13 @@ def processes_of(env_dir, pgid):
     return found
 
 
+def interruptible():
+    """SIGINT at its default in the demo, as in a terminal: a suite started in the background
+    of a non-interactive shell (`make test &`) runs with SIGINT ignored, which its children
+    inherit, and bash cannot trap a signal that was ignored when it started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Demo:
     """demo/run in a session of its own (its pid is its process group), output to a file
     (not a terminal), its state in a fresh directory."""
@@ -55,7 +62,8 @@ class Demo:
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([str(ROOT / "demo" / "run")], env=self.env, cwd=ROOT,
                                          stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=interruptible)
 
     def output(self):
         return self.log.read_text(errors="replace")
@@ -66,6 +74,13 @@ class Demo:
             assert self.proc.poll() is None, f"the demo ended early:\n{self.output()[-4000:]}"
             assert time.monotonic() < deadline, f"the demo did not finish:\n{self.output()[-4000:]}"
             time.sleep(1)
+
+    def wait_stopped(self, timeout):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the demo did not stop within {timeout} s; its processes: "
+                                 f"{self.processes()}\n{self.output()[-3000:]}") from None
 
     def processes(self):
         return processes_of(self.env_dir, self.proc.pid)
@@ -155,7 +170,7 @@ def test_demo_runs_to_its_end_state_beside_a_second_demo_and_both_stop_cleanly(t
         stop = subprocess.run(["make", "-s", "demo-stop"], cwd=ROOT, env=second.env,
                               capture_output=True, text=True, timeout=120)
         assert stop.returncode == 0, stop.stdout + stop.stderr
-        assert second.proc.wait(30) == 0
+        assert second.wait_stopped(30) == 0
         second.assert_gone()
         assert_plain_output(second.output() + stop.stdout + stop.stderr)
 
@@ -169,7 +184,7 @@ def test_demo_runs_to_its_end_state_beside_a_second_demo_and_both_stop_cleanly(t
 
         # Ctrl-C in the first demo's terminal: SIGINT to its process group.
         os.killpg(first.proc.pid, signal.SIGINT)
-        assert first.proc.wait(60) == 0
+        assert first.wait_stopped(60) == 0
         first.assert_gone()
         assert_plain_output(first.output())
         assert "== stopping" in first.output()
