@@ -7,12 +7,33 @@
 
 #include "common/log.h"
 #include "common/options.h"
+#include "common/stop_signal.h"
 #include "roles.h"
 
 /* The Makefile passes default_version of wal_delivery.control: worker and SQL agree. */
 #ifndef WAL_DELIVERY_VERSION
 #error "WAL_DELIVERY_VERSION is not defined; build with make"
 #endif
+
+static int
+run_role(const worker_options *opts)
+{
+	if (strcmp(opts->role, "consume") == 0)
+		return run_consume(opts);
+	if (strcmp(opts->role, "dlq") == 0)
+		return run_dlq(opts);
+	if (strcmp(opts->role, "retry") == 0)
+		return run_retry(opts);
+	if (strcmp(opts->role, "process") == 0)
+		return run_process(opts);
+	if (strcmp(opts->role, "ingest") == 0)
+		return run_ingest(opts);
+
+	/* The roles land one by one (see the project's issues); until then say so plainly. */
+	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",
+			  opts->role, opts->role);
+	return 3;
+}
 
 int
 main(int argc, char **argv)
@@ -50,19 +71,7 @@ main(int argc, char **argv)
 	if (opts.verbose)
 		log_set_min_level(LOG_DEBUG);
 
-	if (strcmp(opts.role, "consume") == 0)
-		return run_consume(&opts);
-	if (strcmp(opts.role, "dlq") == 0)
-		return run_dlq(&opts);
-	if (strcmp(opts.role, "retry") == 0)
-		return run_retry(&opts);
-	if (strcmp(opts.role, "process") == 0)
-		return run_process(&opts);
-	if (strcmp(opts.role, "ingest") == 0)
-		return run_ingest(&opts);
-
-	/* The roles land one by one (see the project's issues); until then say so plainly. */
-	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",
-			  opts.role, opts.role);
-	return 3;
+	rc = run_role(&opts);
+	/* A failure that stopped the role (stop_with_failure) outranks a clean stop's 0. */
+	return stop_exit_status != 0 ? stop_exit_status : rc;
 }

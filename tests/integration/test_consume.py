@@ -6,6 +6,7 @@ destination; config changes arrive by NOTIFY; a worker started while the databas
 down takes its config from a peer."""
 import json
 import signal
+import subprocess
 import time
 import uuid
 
@@ -598,3 +599,59 @@ def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_pat
         with connect() as conn:
             conn.execute("SELECT wal_delivery.resume_destination(%s)", (name,))
         d.stop()
+
+
+def test_a_fatal_kafka_error_ends_the_worker_for_its_supervisor_and_loses_nothing(tmp_path, workers,
+                                                                                 kafka_bootstrap, unique):
+    """A fatal error of the hand-off producer (librdkafka refuses every produce from then
+    on; injected with rd_kafka_test_fatal_error through the test-only hook
+    WAL_TEST_FATAL_FILE) while 503s are in flight: the worker stops and exits 70, for its
+    supervisor to start it again, instead of staying up unable to hand anything off. It
+    committed none of those records, so the next worker hands every copy to step 1."""
+    topic = f"c.fatal.{unique}"
+    trigger = tmp_path / "fatal"
+    ok, flaky = Destination(tmp_path), Destination(tmp_path)
+    flaky.behave(status=503, delay_ms=3000)
+    flaky_name = f"flaky-{unique}"
+    keys = [f"z{i}" for i in range(5)]
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"ok-{unique}", ok.url, [topic])
+            add_destination(conn, flaky_name, flaky.url, [topic])
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, keys, keys))
+            wait_all_stored(conn, topic, 5)
+            wait_published(conn)
+            flaky_partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
+                                           " WHERE name = %s", (flaky_name,)).fetchone()[0]
+        w = workers(env={"WAL_TEST_FATAL_FILE": str(trigger)})
+        flaky.wait_for(5)  # each answered 503 three seconds from now
+        trigger.touch()
+        try:
+            status = w.proc.wait(45)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the worker stayed up after its producer's fatal error") from None
+        log = w.output()
+        assert status == 70, log[-2000:]
+        assert "event=test_fatal_error_injected" in log and "event=kafka_fatal_error" in log
+        assert not trigger.exists()
+
+        flaky.behave(status=503)
+        workers()
+        c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t-" + uuid.uuid4().hex,
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition("wal_delivery.retry.1", flaky_partition, 0)])
+        mine, deadline = set(), time.time() + 60
+        try:
+            while mine != set(keys) and time.time() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error() and \
+                        dict(m.headers() or []).get("destination") == flaky_name.encode():
+                    mine.add(m.key().decode())
+        finally:
+            c.close()
+        assert mine == set(keys), f"copies handed to step 1: {sorted(mine)}"
+        assert {record_key(r) for r in ok.requests()} == set(keys)
+    finally:
+        ok.stop()
+        flaky.stop()

@@ -2,7 +2,7 @@
 Postgres): the producer is replaced by a new one, the records meanwhile go to the outbox
 (202), the direct path answers 201 again afterwards, and every record answered 2xx is in
 Kafka. The fatal error is injected with rd_kafka_test_fatal_error through the test-only
-hook WAL_INGEST_TEST_FATAL_FILE (src/workers/ingest/ingest_fault_hook.h), which is off
+hook WAL_TEST_FATAL_FILE (src/workers/common/fatal_error_hook.h), which is off
 unless that variable is set. And a change of the control plane's kafka_bootstrap_servers
 replaces both producers without a restart."""
 import time
@@ -25,7 +25,7 @@ def test_a_fatal_producer_error_is_replaced_and_loses_no_acknowledged_record(
     with connect() as conn:
         setup_ingest(conn)
         (topic,), token = topics_with_token(conn, unique, acks=-1)
-    ingest = Ingest(tmp_path, kafka_bootstrap, env={"WAL_INGEST_TEST_FATAL_FILE": str(trigger)})
+    ingest = Ingest(tmp_path, kafka_bootstrap, env={"WAL_TEST_FATAL_FILE": str(trigger)})
     try:
         ingest.wait_listening()
         wait_until(lambda: send_record(ingest.port, topic, token)[0] == 201, 30, what="config")

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "fatal_error_hook.h"
 #include "kafka_conf.h"
 #include "log.h"
 #include "metrics.h"
@@ -450,6 +451,7 @@ handoff_poll(handoff_producer *p)
 	int64_t now = now_ms();
 
 	rd_kafka_poll(p->rk, 0);
+	fatal_error_hook_poll(p->rk);
 	while (*wp)
 	{
 		pending_write *w = *wp;

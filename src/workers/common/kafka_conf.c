@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "stop_signal.h"
 
 /*
  * librdkafka's own log lines (printed raw to stderr by default) become events of ours,
@@ -25,12 +26,28 @@ log_kafka_message(const rd_kafka_t *rk, int level, const char *facility, const c
 			  rk ? rd_kafka_name(rk) : "", facility, message);
 }
 
-/* Errors librdkafka reports beside a request: one clear event when no broker answers. */
+/*
+ * Errors librdkafka reports beside a request: one clear event when no broker answers. A
+ * fatal error leaves the client unable to do anything more (every produce fails from then
+ * on), so the worker stops for its supervisor to start it afresh instead of staying up
+ * idle; records it had not finished are not committed and come again.
+ */
 static void
 log_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	(void) opaque;
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+	if (err == RD_KAFKA_RESP_ERR__FATAL)
+	{
+		char why[512];
+		rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, why, sizeof(why));
+
+		log_error("event=kafka_fatal_error client=%s code=%s error=\"%s\" msg=\"this Kafka "
+				  "client can do nothing more; the worker stops and exits %d for its supervisor "
+				  "to start it again; unfinished records are delivered after the restart\"",
+				  rd_kafka_name(rk), rd_kafka_err2name(cause), why, STOP_STATUS_FATAL);
+		stop_with_failure(STOP_STATUS_FATAL);
+	}
+	else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		log_warn("event=kafka_unreachable client=%s error=\"%s\" msg=\"no broker answers; records "
 				 "wait and every write is tried again\"",
 				 rd_kafka_name(rk), reason);

@@ -6,6 +6,7 @@
 #include "sd_notify.h"
 
 volatile sig_atomic_t stop_requested = 0;
+volatile sig_atomic_t stop_exit_status = 0;
 
 static void
 on_stop_signal(int signo)
@@ -21,4 +22,12 @@ stop_on_signals(void)
 	signal(SIGTERM, on_stop_signal);
 	signal(SIGINT, on_stop_signal);
 	signal(SIGPIPE, SIG_IGN);
+}
+
+void
+stop_with_failure(int status)
+{
+	stop_exit_status = status;
+	stop_requested = 1;
+	sd_notify_stopping();
 }

@@ -26,9 +26,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/clock.h"
+#include "common/fatal_error_hook.h"
 #include "common/kafka_conf.h"
 #include "common/log.h"
-#include "ingest/ingest_fault_hook.h"
 #include "ingest/ingest_metrics.h"
 #include "ingest/ingest_outbox.h"
 
@@ -340,9 +340,7 @@ poller_main(void *arg)
 		rd_kafka_poll(producer_all, POLL_MS);
 		rd_kafka_poll(producer_leader, 0);
 		sweep_deadlines();
-		if (ingest_fault_hook_due())
-			rd_kafka_test_fatal_error(producer_all, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-									  "injected by the test hook (WAL_INGEST_TEST_FATAL_FILE)");
+		fatal_error_hook_poll(producer_all);
 		follow_bootstrap();
 		if (atomic_load(&fatal_seen) && now_ms() >= next_replace_ms)
 			replace_after_fatal_error();
