@@ -48,6 +48,11 @@ ingest_metrics_register(void)
 											 "Calls of ingest_enqueue_batch.", 0, NULL);
 	ingest_m.outbox_batch_records = metric_counter("wal_ingest_outbox_batch_records_total",
 												   "Records written by those calls.", 0, NULL);
+	ingest_m.outbox_write_seconds = metric_histogram(
+		"wal_ingest_outbox_write_seconds",
+		"Time of each ingest_enqueue_batch call (a writer's turn at the database, commit "
+		"included).",
+		(int) (sizeof(seconds) / sizeof(seconds[0])), seconds, 0, NULL);
 	ingest_m.producer_restarts = metric_counter(
 		"wal_ingest_kafka_producer_restarts_total",
 		"Kafka producers replaced, by reason: fatal_error (the idempotent producer failed "

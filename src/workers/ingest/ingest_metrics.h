@@ -18,6 +18,7 @@ typedef struct ingest_metrics
 	metric *outbox_up;
 	metric *outbox_batches;
 	metric *outbox_batch_records;
+	metric *outbox_write_seconds;
 	metric *producer_restarts; /* {reason}: fatal_error, bootstrap_changed */
 } ingest_metrics;
 

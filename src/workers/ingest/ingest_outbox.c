@@ -271,12 +271,14 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 	PGresult *res;
 	const char *state;
 	char why[512];
+	double started;
 
 	build_arrays(recs, n, arrays);
 	values[0] = recs[0]->topic;
 	values[1] = recs[0]->content_type;
 	for (int a = 0; a < 4; a++)
 		values[2 + a] = arrays[a].data;
+	started = now_seconds();
 	for (int attempt = 0;; attempt++)
 	{
 		res = PQexecPrepared(*db, "enqueue", 6, values, NULL, NULL, 0);
@@ -292,6 +294,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 	for (int a = 0; a < 4; a++)
 		free(arrays[a].data);
 	metric_add(ingest_m.outbox_batches, 1, NULL);
+	metric_observe(ingest_m.outbox_write_seconds, now_seconds() - started, NULL);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		metric_add(ingest_m.outbox_batch_records, n, NULL);
