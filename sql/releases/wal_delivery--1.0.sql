@@ -850,6 +850,15 @@ CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination)
 CREATE UNIQUE INDEX dead_letters_kafka_position
     ON wal_delivery.dead_letters (kafka_topic, kafka_partition, kafka_offset)
     WHERE kafka_offset IS NOT NULL;
+-- A record's copy for a destination is dead once until on-call acts on it: a consumer that
+-- delivers again after a rebalance or a crash (at least once) hands the same failure to
+-- the DLQ again, at another position. Resolved rows and those being replayed are out of
+-- the index, so a failure after them is a new dead letter; so are rows read back from
+-- an archive, which a restore brings back whatever came in meanwhile.
+CREATE UNIQUE INDEX dead_letters_open_failure
+    ON wal_delivery.dead_letters (destination, topic, idempotency_key)
+    WHERE origin = 'delivery' AND resolved_at IS NULL AND replay_requested_at IS NULL
+      AND restored_at IS NULL AND destination IS NOT NULL AND idempotency_key <> '';
 -- Each of the routines of the same names scans only the rows it can take.
 CREATE INDEX dead_letters_to_alert ON wal_delivery.dead_letters (id) WHERE alerted_at IS NULL;
 CREATE INDEX dead_letters_to_replay ON wal_delivery.dead_letters (id)
@@ -873,7 +882,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- One DLQ message into dead_letters; NULL when that Kafka position was ingested before
--- (a redelivery after a crash), so the caller raises no second alert. p_headers holds
+-- (a redelivery after a crash) or the same failure is already open (the same record's
+-- copy for the same destination, handed off again), so the caller raises no second alert. p_headers holds
 -- every Kafka header of the message as the worker read it (bytes that are not UTF-8
 -- escaped), so a field the worker could not take as is (a number out of range, say)
 -- is still there for on-call.
@@ -894,8 +904,7 @@ BEGIN
             p_destination, p_outbox_id, p_headers, p_content_type, coalesce(p_payload, ''::bytea),
             coalesce(p_attempts, 0), coalesce(p_last_error, 'no reason given'),
             p_kafka_topic, p_kafka_partition, p_kafka_offset)
-    ON CONFLICT (kafka_topic, kafka_partition, kafka_offset) WHERE kafka_offset IS NOT NULL
-    DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id INTO v_id;
     RETURN v_id;
 END $$;

@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -70,7 +71,7 @@ def add_dead_letters(conn, topic, count, age="11 days", resolved=False):
                (origin, topic, idempotency_key, destination, outbox_id, message_key, headers,
                 content_type, payload, attempts, last_error, failed_at, resolved_at, resolution,
                 kafka_topic, kafka_partition, kafka_offset)
-           SELECT 'delivery', %(topic)s, %(topic)s || '-key-' || i, 'dest-' || (i %% 3), 1000 + i,
+           SELECT 'delivery', %(topic)s, %(topic)s || '-key-' || %(batch)s || '-' || i, 'dest-' || (i %% 3), 1000 + i,
                   'msg-' || i, jsonb_build_object('x-trace', 'tr-' || i, 'x-quote', 'a"b\\c'),
                   'application/octet-stream',
                   decode(md5(i::text), 'hex') || '\\x00ff0a0d'::bytea || convert_to('é €' || i, 'UTF8'),
@@ -79,7 +80,8 @@ def add_dead_letters(conn, topic, count, age="11 days", resolved=False):
                   CASE WHEN %(resolved)s THEN now() END, CASE WHEN %(resolved)s THEN 'handled' END,
                   'wal_delivery.dlq', i %% 2, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + i
              FROM generate_series(1, %(count)s) i
-           RETURNING id""", {"topic": topic, "count": count, "age": age, "resolved": resolved}).fetchall()
+           RETURNING id""", {"topic": topic, "count": count, "age": age, "resolved": resolved,
+                             "batch": uuid.uuid4().hex[:8]}).fetchall()
     return [r[0] for r in rows]
 
 

@@ -111,6 +111,66 @@ def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_pat
         alerts.stop()
 
 
+def dlq_message(p, unique, key, destination, attempt, error):
+    p.produce("wal_delivery.dlq", f"payload of {key}".encode(), key=key.encode(), headers=[
+        ("idempotency-key", key.encode()), ("source-topic", f"dup.src.{unique}".encode()),
+        ("destination", destination.encode()), ("attempt", str(attempt).encode()),
+        ("last-error", error.encode()), ("content-type", b"text/plain")])
+
+
+def test_the_same_failure_handed_off_twice_is_one_dead_letter_with_one_alert(tmp_path, kafka_bootstrap,
+                                                                            unique):
+    """A record's copy for a destination reaches the DLQ more than once when a consumer
+    redelivers after a rebalance or a crash (at least once): on-call sees one unresolved
+    dead letter and gets one alert for it. Once that one is resolved, a new failure of the
+    same record is a new dead letter; another destination's failure is its own."""
+    alerts = Destination(tmp_path)
+    a, b = f"dup-a-{unique}", f"dup-b-{unique}"
+    try:
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
+            wait_published(conn)
+            dlq_topic = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        dlq_message(p, unique, "k1", a, 1, "HTTP 400")
+        dlq_message(p, unique, "k1", a, 1, "HTTP 400")   # the same hand-off, redelivered
+        dlq_message(p, unique, "k1", a, 6, "HTTP 503")   # a copy that went through the retry steps
+        dlq_message(p, unique, "k1", b, 1, "HTTP 400")
+        p.flush(10)
+        dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
+        try:
+            with connect() as conn:
+                def rows(destination):
+                    return conn.execute("SELECT id, last_error, resolved_at IS NOT NULL FROM wal_delivery.dead_letters"
+                                        " WHERE destination = %s ORDER BY id", (destination,)).fetchall()
+                wait_until(lambda: len(rows(b)) == 1, 30, what="the dead letters ingested")
+                wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
+                assert [r[1:] for r in rows(a)] == [("HTTP 400", False)]
+                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE"
+                                                " destination IN (%s, %s) AND alerted_at IS NULL",
+                                                (a, b)).fetchone()[0] == 0, 30, what="the alerts")
+                conn.execute("SELECT wal_delivery.resolve_dead_letter(%s, 'fixed the endpoint')", (rows(a)[0][0],))
+
+                dlq_message(p, unique, "k1", a, 1, "HTTP 422")  # failing again after the fix
+                p.flush(10)
+                wait_until(lambda: len(rows(a)) == 2, 30, what="the new failure as a new dead letter")
+                assert [r[1:] for r in rows(a)] == [("HTTP 400", True), ("HTTP 422", False)]
+                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE"
+                                                " destination = %s AND alerted_at IS NULL",
+                                                (a,)).fetchone()[0] == 0, 30, what="the new failure's alert")
+                wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
+            sent = [x for x in (json.loads(r["body"]) for r in alerts.requests("/alert"))
+                    if x.get("destination") in (a, b)]
+            assert sorted((x["destination"], x["last_error"]) for x in sent) == \
+                [(a, "HTTP 400"), (a, "HTTP 422"), (b, "HTTP 400")]
+            assert dlq.stop() == 0
+        finally:
+            if dlq.proc.poll() is None:
+                dlq.stop(signal.SIGKILL)
+    finally:
+        alerts.stop()
+
+
 HOSTILE_HEADER_SETS = [
     {"outbox-id": "", "attempt": ""},
     {"outbox-id": "100000000000000000000", "attempt": "99999999999"},
