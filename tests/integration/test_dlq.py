@@ -28,6 +28,34 @@ def rows_for(conn, destination):
                         " WHERE destination = %s ORDER BY idempotency_key", (destination,)).fetchall()
 
 
+@pytest.fixture
+def alerts(tmp_path):
+    """An alert webhook (a test destination) that settings.dlq_alert_url names, published."""
+    webhook = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (webhook.url + "/alert",))
+            wait_published(conn)
+        yield webhook
+    finally:
+        webhook.stop()
+
+
+@pytest.fixture
+def dlq_worker(tmp_path, kafka_bootstrap):
+    """Starts `wal-worker dlq` when called; one the test did not stop is killed after it."""
+    started = []
+
+    def start():
+        started.append(Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap))
+        return started[-1]
+
+    yield start
+    for w in started:
+        if w.proc.poll() is None:
+            w.stop(signal.SIGKILL)
+
+
 def test_dead_letters_are_ingested_once_with_one_alert_each(tmp_path, kafka_bootstrap, unique):
     topic = f"dlq.src.{unique}"
     strict, alerts = Destination(tmp_path), Destination(tmp_path)
@@ -77,38 +105,28 @@ def test_dead_letters_are_ingested_once_with_one_alert_each(tmp_path, kafka_boot
         alerts.stop()
 
 
-def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(tmp_path, kafka_bootstrap, unique):
-    alerts = Destination(tmp_path)
+def test_a_bad_message_and_a_failing_alert_webhook_do_not_stop_ingestion(alerts, dlq_worker, kafka_bootstrap,
+                                                                         unique):
     alerts.behave(status=500)
-    try:
-        with connect() as conn:
-            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
-            wait_published(conn)
-        p = Producer({"bootstrap.servers": kafka_bootstrap})
-        p.produce("wal_delivery.dlq", f"no headers {unique}".encode())
-        p.produce("wal_delivery.dlq", f"with some {unique}".encode(), headers={"destination": f"odd-{unique}",
-                                                            "attempt": "not a number"})
-        p.flush(10)
-        dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
-        try:
-            with connect() as conn:
-                wait_until(lambda: conn.execute(
-                    "SELECT count(*) FROM wal_delivery.dead_letters WHERE payload IN (%s, %s)",
-                    (f"no headers {unique}".encode(), f"with some {unique}".encode())).fetchone()[0] == 2, 60,
-                    what="both bad messages ingested")
-                row = conn.execute("SELECT topic, idempotency_key, last_error, attempts FROM"
-                                   " wal_delivery.dead_letters WHERE destination = %s",
-                                   (f"odd-{unique}",)).fetchone()
-            assert row == ("wal_delivery.dlq", "", "no reason given", 0)
-            wait_until(lambda: dlq.metric("wal_dead_letter_alerts_failed_total") >= 2, 30,
-                       what="the failed alerts counted")
-            assert "event=dlq_message_without_headers" in dlq.output()
-            assert dlq.stop() == 0
-        finally:
-            if dlq.proc.poll() is None:
-                dlq.stop(signal.SIGKILL)
-    finally:
-        alerts.stop()
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce("wal_delivery.dlq", f"no headers {unique}".encode())
+    p.produce("wal_delivery.dlq", f"with some {unique}".encode(), headers={"destination": f"odd-{unique}",
+                                                        "attempt": "not a number"})
+    p.flush(10)
+    dlq = dlq_worker()
+    with connect() as conn:
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM wal_delivery.dead_letters WHERE payload IN (%s, %s)",
+            (f"no headers {unique}".encode(), f"with some {unique}".encode())).fetchone()[0] == 2, 60,
+            what="both bad messages ingested")
+        row = conn.execute("SELECT topic, idempotency_key, last_error, attempts FROM"
+                           " wal_delivery.dead_letters WHERE destination = %s",
+                           (f"odd-{unique}",)).fetchone()
+    assert row == ("wal_delivery.dlq", "", "no reason given", 0)
+    wait_until(lambda: dlq.metric("wal_dead_letter_alerts_failed_total") >= 2, 30,
+               what="the failed alerts counted")
+    assert "event=dlq_message_without_headers" in dlq.output()
+    assert dlq.stop() == 0
 
 
 def dlq_message(p, unique, key, destination, attempt, error):
@@ -118,57 +136,48 @@ def dlq_message(p, unique, key, destination, attempt, error):
         ("last-error", error.encode()), ("content-type", b"text/plain")])
 
 
-def test_the_same_failure_handed_off_twice_is_one_dead_letter_with_one_alert(tmp_path, kafka_bootstrap,
+def test_the_same_failure_handed_off_twice_is_one_dead_letter_with_one_alert(alerts, dlq_worker, kafka_bootstrap,
                                                                             unique):
     """A record's copy for a destination reaches the DLQ more than once when a consumer
     redelivers after a rebalance or a crash (at least once): on-call sees one unresolved
     dead letter and gets one alert for it. Once that one is resolved, a new failure of the
     same record is a new dead letter; another destination's failure is its own."""
-    alerts = Destination(tmp_path)
     a, b = f"dup-a-{unique}", f"dup-b-{unique}"
-    try:
-        with connect() as conn:
-            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
-            wait_published(conn)
-            dlq_topic = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
-        p = Producer({"bootstrap.servers": kafka_bootstrap})
-        dlq_message(p, unique, "k1", a, 1, "HTTP 400")
-        dlq_message(p, unique, "k1", a, 1, "HTTP 400")   # the same hand-off, redelivered
-        dlq_message(p, unique, "k1", a, 6, "HTTP 503")   # a copy that went through the retry steps
-        dlq_message(p, unique, "k1", b, 1, "HTTP 400")
-        p.flush(10)
-        dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
-        try:
-            with connect() as conn:
-                def rows(destination):
-                    return conn.execute("SELECT id, last_error, resolved_at IS NOT NULL FROM wal_delivery.dead_letters"
-                                        " WHERE destination = %s ORDER BY id", (destination,)).fetchall()
-                wait_until(lambda: len(rows(b)) == 1, 30, what="the dead letters ingested")
-                wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
-                assert [r[1:] for r in rows(a)] == [("HTTP 400", False)]
-                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE"
-                                                " destination IN (%s, %s) AND alerted_at IS NULL",
-                                                (a, b)).fetchone()[0] == 0, 30, what="the alerts")
-                conn.execute("SELECT wal_delivery.resolve_dead_letter(%s, 'fixed the endpoint')", (rows(a)[0][0],))
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    dlq_message(p, unique, "k1", a, 1, "HTTP 400")
+    dlq_message(p, unique, "k1", a, 1, "HTTP 400")   # the same hand-off, redelivered
+    dlq_message(p, unique, "k1", a, 6, "HTTP 503")   # a copy that went through the retry steps
+    dlq_message(p, unique, "k1", b, 1, "HTTP 400")
+    p.flush(10)
+    dlq = dlq_worker()
+    with connect() as conn:
+        dlq_topic = conn.execute("SELECT dlq_topic FROM wal_delivery.settings").fetchone()[0]
 
-                dlq_message(p, unique, "k1", a, 1, "HTTP 422")  # failing again after the fix
-                p.flush(10)
-                wait_until(lambda: len(rows(a)) == 2, 30, what="the new failure as a new dead letter")
-                assert [r[1:] for r in rows(a)] == [("HTTP 400", True), ("HTTP 422", False)]
-                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE"
-                                                " destination = %s AND alerted_at IS NULL",
-                                                (a,)).fetchone()[0] == 0, 30, what="the new failure's alert")
-                wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
-            sent = [x for x in (json.loads(r["body"]) for r in alerts.requests("/alert"))
-                    if x.get("destination") in (a, b)]
-            assert sorted((x["destination"], x["last_error"]) for x in sent) == \
-                [(a, "HTTP 400"), (a, "HTTP 422"), (b, "HTTP 400")]
-            assert dlq.stop() == 0
-        finally:
-            if dlq.proc.poll() is None:
-                dlq.stop(signal.SIGKILL)
-    finally:
-        alerts.stop()
+        def rows(destination):
+            return conn.execute("SELECT id, last_error, resolved_at IS NOT NULL FROM wal_delivery.dead_letters"
+                                " WHERE destination = %s ORDER BY id", (destination,)).fetchall()
+
+        def unalerted(*destinations):
+            return conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = ANY(%s)"
+                                " AND alerted_at IS NULL", (list(destinations),)).fetchone()[0]
+
+        wait_until(lambda: len(rows(b)) == 1, 30, what="the dead letters ingested")
+        wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
+        assert [r[1:] for r in rows(a)] == [("HTTP 400", False)]
+        wait_until(lambda: unalerted(a, b) == 0, 30, what="the alerts")
+        conn.execute("SELECT wal_delivery.resolve_dead_letter(%s, 'fixed the endpoint')", (rows(a)[0][0],))
+
+        dlq_message(p, unique, "k1", a, 1, "HTTP 422")  # failing again after the fix
+        p.flush(10)
+        wait_until(lambda: len(rows(a)) == 2, 30, what="the new failure as a new dead letter")
+        assert [r[1:] for r in rows(a)] == [("HTTP 400", True), ("HTTP 422", False)]
+        wait_until(lambda: unalerted(a) == 0, 30, what="the new failure's alert")
+        wait_group_caught_up(kafka_bootstrap, "wal_delivery.dlq", dlq_topic)
+    sent = [x for x in (json.loads(r["body"]) for r in alerts.requests("/alert"))
+            if x.get("destination") in (a, b)]
+    assert sorted((x["destination"], x["last_error"]) for x in sent) == \
+        [(a, "HTTP 400"), (a, "HTTP 422"), (b, "HTTP 400")]
+    assert dlq.stop() == 0
 
 
 HOSTILE_HEADER_SETS = [
@@ -183,7 +192,7 @@ HOSTILE_HEADER_SETS = [
 ]
 
 
-def test_hostile_headers_are_stored_with_what_is_valid_and_never_block_the_rest(tmp_path, kafka_bootstrap, unique):
+def test_hostile_headers_are_stored_with_what_is_valid_and_never_block_the_rest(dlq_worker, kafka_bootstrap, unique):
     """Every DLQ message is stored, whatever its headers hold (empty or out-of-range
     numbers, invalid UTF-8, NUL bytes, huge values): with what is valid plus its raw
     headers. A message that cannot be stored as is never blocks the ones after it."""
@@ -194,67 +203,52 @@ def test_hostile_headers_are_stored_with_what_is_valid_and_never_block_the_rest(
     p.produce("wal_delivery.dlq", f"after-{unique}".encode(),
               headers=[("idempotency-key", b"fine"), ("destination", f"fine-{unique}".encode())])
     p.flush(10)
-    dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
-    try:
-        with connect() as conn:
-            def stored():
-                return conn.execute(
-                    "SELECT convert_from(payload, 'UTF8'), outbox_id, attempts, idempotency_key, headers"
-                    " FROM wal_delivery.dead_letters WHERE convert_from(payload, 'UTF8') LIKE %s",
-                    (f"%-{unique}",)).fetchall()
-            wait_until(lambda: len(stored()) == len(HOSTILE_HEADER_SETS) + 1, 30,
-                       what="every hostile message and the one after them stored")
-            rows = {r[0]: r[1:] for r in stored()}
-        for i in range(4):  # numbers that are not in range are kept only in the raw headers
-            outbox_id, attempts, _, headers = rows[f"hostile-{i}-{unique}"]
-            assert outbox_id is None and attempts == 0
-            assert headers["outbox-id"] == HOSTILE_HEADER_SETS[i]["outbox-id"]
-        _, _, key, headers = rows[f"hostile-4-{unique}"]
-        assert key.startswith("bad") and "\\xff" in headers["idempotency-key"]
-        assert rows[f"after-{unique}"][2] == "fine"
-        assert dlq.proc.poll() is None, "the worker died"
-        assert "ingest_failed" not in dlq.output()
-        events = [parse_logfmt(line)["event"] for line in dlq.output().splitlines()]
-        assert "forged" not in events
-        assert dlq.stop() == 0
-    finally:
-        if dlq.proc.poll() is None:
-            dlq.stop(signal.SIGKILL)
+    dlq = dlq_worker()
+    with connect() as conn:
+        def stored():
+            return conn.execute(
+                "SELECT convert_from(payload, 'UTF8'), outbox_id, attempts, idempotency_key, headers"
+                " FROM wal_delivery.dead_letters WHERE convert_from(payload, 'UTF8') LIKE %s",
+                (f"%-{unique}",)).fetchall()
+        wait_until(lambda: len(stored()) == len(HOSTILE_HEADER_SETS) + 1, 30,
+                   what="every hostile message and the one after them stored")
+        rows = {r[0]: r[1:] for r in stored()}
+    for i in range(4):  # numbers that are not in range are kept only in the raw headers
+        outbox_id, attempts, _, headers = rows[f"hostile-{i}-{unique}"]
+        assert outbox_id is None and attempts == 0
+        assert headers["outbox-id"] == HOSTILE_HEADER_SETS[i]["outbox-id"]
+    _, _, key, headers = rows[f"hostile-4-{unique}"]
+    assert key.startswith("bad") and "\\xff" in headers["idempotency-key"]
+    assert rows[f"after-{unique}"][2] == "fine"
+    assert dlq.proc.poll() is None, "the worker died"
+    assert "ingest_failed" not in dlq.output()
+    events = [parse_logfmt(line)["event"] for line in dlq.output().splitlines()]
+    assert "forged" not in events
+    assert dlq.stop() == 0
 
 
-def test_a_hanging_alert_webhook_does_not_slow_ingestion(tmp_path, kafka_bootstrap, unique):
+def test_a_hanging_alert_webhook_does_not_slow_ingestion(alerts, dlq_worker, kafka_bootstrap, unique):
     """Alerts go out beside ingestion: with a webhook that never answers, 30 dead letters
     are in the table within seconds (not one per alert timeout); the alerts stay owed and
     go out once the webhook answers; an answer's body is read and dropped, never logged."""
-    alerts = Destination(tmp_path)
     alerts.behave(hang=True)
-    try:
-        with connect() as conn:
-            conn.execute("UPDATE wal_delivery.settings SET dlq_alert_url = %s", (alerts.url + "/alert",))
-            wait_published(conn)
-        p = Producer({"bootstrap.servers": kafka_bootstrap})
-        for i in range(30):
-            p.produce("wal_delivery.dlq", f"hang-{i}-{unique}".encode(),
-                      headers=[("idempotency-key", f"hang-{i}".encode()), ("destination", f"h-{unique}".encode())])
-        p.flush(10)
-        dlq = Worker(tmp_path, "dlq", kafka_bootstrap=kafka_bootstrap)
-        try:
-            with connect() as conn:
-                started = time.time()
-                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s",
-                                                (f"h-{unique}",)).fetchone()[0] == 30, 30, what="30 dead letters")
-                assert time.time() - started < 10, "ingestion waited for the alert webhook"
-                assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
-                                    " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 30
-                alerts.control("reset", {})
-                alerts.behave(status=200, body_bytes=4096)
-                wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
-                                                " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 0, 60,
-                           what="the owed alerts sent once the webhook answers")
-            assert "     " not in dlq.output(), "the webhook's answer body reached the worker's output"
-            assert dlq.stop() == 0
-        finally:
-            if dlq.proc.poll() is None:
-                dlq.stop(signal.SIGKILL)
-    finally:
-        alerts.stop()
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        p.produce("wal_delivery.dlq", f"hang-{i}-{unique}".encode(),
+                  headers=[("idempotency-key", f"hang-{i}".encode()), ("destination", f"h-{unique}".encode())])
+    p.flush(10)
+    dlq = dlq_worker()
+    with connect() as conn:
+        started = time.time()
+        wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s",
+                                        (f"h-{unique}",)).fetchone()[0] == 30, 30, what="30 dead letters")
+        assert time.time() - started < 10, "ingestion waited for the alert webhook"
+        assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
+                            " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 30
+        alerts.control("reset", {})
+        alerts.behave(status=200, body_bytes=4096)
+        wait_until(lambda: conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE destination = %s"
+                                        " AND alerted_at IS NULL", (f"h-{unique}",)).fetchone()[0] == 0, 60,
+                   what="the owed alerts sent once the webhook answers")
+    assert "     " not in dlq.output(), "the webhook's answer body reached the worker's output"
+    assert dlq.stop() == 0
