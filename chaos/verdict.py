@@ -137,8 +137,8 @@ class Run:
                     w["end"], w["open_at_end"] = end_of_run, True
         return dict(out)
 
-    def infra_near(self, t):
-        return any(f["start"] - INFRA_BEFORE <= t <= f.get("end", f["start"]) + INFRA_AFTER for f in self.infra)
+    def infra_near(self, t, before=INFRA_BEFORE):
+        return any(f["start"] - before <= t <= f.get("end", f["start"]) + INFRA_AFTER for f in self.infra)
 
 
 def check(name, ok, detail):
@@ -310,7 +310,11 @@ def judge(d):
                         f" after a probe; paused at the end: "
                         f"{[d for d, ws in windows.items() if any(w.get('open_at_end') for w in ws)] or 'none'}"))
 
-    # ---- noisy neighbour: healthy destinations' p99 while others fail, against the calm start
+    # ---- noisy neighbour: healthy destinations' p99 while others fail, against the calm start.
+    # A record committed shortly before an infrastructure fault is still on its way when the
+    # fault hits it, so it says nothing about the neighbours: "shortly" is INFRA_BEFORE, or
+    # the destination's calm p99 when a busy machine makes that longer (a record committed
+    # 5 s before a broker stops, on a machine where records take 10 s, waits for the broker).
     lat_all, lat_calm, lat_weather = defaultdict(list), defaultdict(list), defaultdict(list)
     calm_from, calm_to = R.t0 + 5, R.t0 + run["calm_s"]
     for dest in run["destinations"]:
@@ -318,13 +322,15 @@ def judge(d):
             t = R.acked.get(rec)
             if t is None:
                 continue
-            lat = at - t
-            lat_all[dest].append(lat)
-            if dest in run["healthy"] and not R.infra_near(t):
-                if calm_from <= t <= calm_to:
-                    lat_calm[dest].append(lat)
-                elif calm_to < t <= R.load_end:
-                    lat_weather[dest].append(lat)
+            lat_all[dest].append(at - t)
+            if dest in run["healthy"] and calm_from <= t <= calm_to and not R.infra_near(t):
+                lat_calm[dest].append(at - t)
+    for dest in run["healthy"]:
+        before = max(INFRA_BEFORE, pct(lat_calm[dest], 99) or 0)
+        for rec, at in R.ok[dest].items():
+            t = R.acked.get(rec)
+            if t is not None and calm_to < t <= R.load_end and not R.infra_near(t, before):
+                lat_weather[dest].append(at - t)
     noisy_ok, noisy_lines = True, []
     for dest in run["healthy"]:
         c, w = lat_calm[dest], lat_weather[dest]
@@ -339,8 +345,8 @@ def judge(d):
                            f" vs {pct(c, 99):.3f}s calm (n={len(c)}), bound {bound:.3f}s")
     checks.append(check("noisy_neighbour", noisy_ok,
                         "; ".join(noisy_lines) + f" [bound: p99 <= {NOISY_FACTOR:g} x calm p99 + {NOISY_SLACK:g}s;"
-                        f" records committed within {INFRA_BEFORE:g}s before to {INFRA_AFTER:g}s after an"
-                        f" infrastructure fault excluded]"))
+                        f" records committed within {INFRA_BEFORE:g}s (or the calm p99, if longer) before to"
+                        f" {INFRA_AFTER:g}s after an infrastructure fault excluded]"))
     for dest in run["destinations"]:
         v = lat_all[dest]
         per_dest[dest].update({"p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99), "max": max(v) if v else None})
