@@ -54,6 +54,12 @@ def hostile_headers(rng, unique, base):
     return headers
 
 
+def unique_keys(headers, i):
+    """Every idempotency-key value (hostile or not, repeated names included) made this
+    message's own by a suffix; the rest of the damage stays."""
+    return [(n, v + b"-%d" % i if n == "idempotency-key" else v) for n, v in headers]
+
+
 def test_random_and_adversarial_headers_never_lose_a_message_or_a_worker(tmp_path, kafka_bootstrap, unique):
     seed = int(os.environ.get("WAL_FUZZ_SEED", random.randrange(1 << 30)))
     seconds = float(os.environ.get("WAL_FUZZ_SECONDS", "15"))
@@ -86,8 +92,7 @@ def test_random_and_adversarial_headers_never_lose_a_message_or_a_worker(tmp_pat
                         ("content-type", b"application/json")]
                 # Keys stay unique per message: the same key twice on a topic is one record,
                 # rightly delivered once (the consumer's dedupe).
-                headers = [(n, v + b"-%d" % i if n == "idempotency-key" else v)
-                           for n, v in hostile_headers(rng, unique, base)]
+                headers = unique_keys(hostile_headers(rng, unique, base), i)
                 p.produce(topic, payload, headers=headers)
             elif kind == "retry":
                 base = [("idempotency-key", key), ("source-topic", topic.encode()),
@@ -97,7 +102,9 @@ def test_random_and_adversarial_headers_never_lose_a_message_or_a_worker(tmp_pat
             else:
                 base = [("idempotency-key", key), ("source-topic", topic.encode()),
                         ("destination", name.encode()), ("attempt", b"2"), ("last-error", b"HTTP 400")]
-                headers = hostile_headers(rng, unique, base)
+                # Unique too: the same record's failure at the same destination, while its
+                # dead letter is open, is that dead letter (dead_letters_open_failure).
+                headers = unique_keys(hostile_headers(rng, unique, base), i)
                 p.produce(dlq, payload, headers=headers)
             sent[payload.decode()] = kind
             sent_headers[payload.decode()] = headers
