@@ -183,11 +183,11 @@ INSERT INTO wal_delivery.topics (name, processor_kind, processor, processing_max
 VALUES ('k.many', 'sql', 'regress.upper_payload', 1000);
 SELECT wal_enqueue('k.many', '{}'::jsonb, 'many') IS NOT NULL AS enqueued;
 CREATE TEMP TABLE many AS SELECT id, lease_token FROM wal_delivery.claim_ready_to_process(1);
-UPDATE wal_delivery.outbox SET attempts = 999 WHERE id = (SELECT id FROM many);
+UPDATE wal_delivery.outbox_rows SET attempts = 999 WHERE id = (SELECT id FROM many);
 SELECT wal_delivery.fail_processing((SELECT id FROM many), (SELECT lease_token FROM many), 'failed again') AS after_999;
 SELECT attempts, available_at - now() BETWEEN interval '4 minutes 59 seconds' AND interval '5 minutes' AS backoff_at_cap
   FROM wal_delivery.outbox WHERE id = (SELECT id FROM many);
-UPDATE wal_delivery.outbox SET available_at = now() WHERE id = (SELECT id FROM many);
+UPDATE wal_delivery.outbox_rows SET available_at = now() WHERE id = (SELECT id FROM many);
 CREATE TEMP TABLE last AS SELECT id, lease_token, attempts FROM wal_delivery.claim_ready_to_process(1);
 SELECT attempts, wal_delivery.fail_processing(id, lease_token, 'failed for good') AS after_1000 FROM last;
 SELECT origin, attempts, last_error FROM wal_delivery.dead_letters WHERE topic = 'k.many';

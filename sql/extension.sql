@@ -22,3 +22,18 @@ EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT, h = PG_EXCEPTION_HINT;
     RETURN QUERY SELECT s, m, nullif(h, '');
 END $$;
+-- The relay's two moves on the log, for tests without Kafka (src/ext/relay.c makes them
+-- after Kafka's reports). regress.ack_log: Kafka took every committed record, each lane's
+-- cursor moves to the end of a window taken now. regress.hold: Kafka did not take this
+-- record, it is copied into the row table and goes on row by row (the claim, mark_stored,
+-- mark_unshippable, ...).
+CREATE FUNCTION regress.ack_log() RETURNS void
+LANGUAGE sql AS $$
+    SELECT wal_delivery.advance_relay_cursor(lane, pg_current_snapshot(), true, NULL, NULL)
+      FROM wal_delivery.relay_cursors;
+$$;
+CREATE FUNCTION regress.hold(p_id bigint) RETURNS integer
+LANGUAGE sql AS $$
+    SELECT wal_delivery.hold_log_records(array_agg(id), array_agg(xid))
+      FROM wal_delivery.outbox_log WHERE id = p_id;
+$$;

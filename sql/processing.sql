@@ -77,7 +77,7 @@ UPDATE wal_delivery.topics SET processing_lease = '1 millisecond' WHERE name = '
 DROP FUNCTION regress.proc_gone(bytea);
 DELETE FROM wal_delivery.outbox;
 -- Fixed ids and tokens so the messages below are the same on every run.
-ALTER TABLE wal_delivery.outbox ALTER COLUMN id RESTART WITH 2000;
+ALTER SEQUENCE wal_delivery.outbox_ids RESTART WITH 2000;
 ALTER SEQUENCE wal_delivery.lease_token_seq RESTART WITH 500;
 SELECT wal_enqueue(t, '{"k": 1}'::jsonb, 'one') FROM unnest(ARRAY['pr.wrap', 'pr.raises', 'pr.null',
        'pr.garbage', 'pr.big', 'pr.gone', 'pr.writes', 'pr.http']) t ORDER BY 1;
@@ -114,7 +114,7 @@ SELECT state, convert_from(processed_payload, 'UTF8') AS processed FROM wal_deli
 -- Once the backoff is over, a second attempt each. After processing_max_attempts (2 for
 -- pr.raises) the row is dead, with its last error; the others back off twice as long.
 \c - :regress_superuser
-UPDATE wal_delivery.outbox SET available_at = now() WHERE state = 'pending';
+UPDATE wal_delivery.outbox_rows SET available_at = now() WHERE state = 'pending';
 \c - regress_proc_worker
 CREATE TEMP TABLE again AS SELECT * FROM wal_delivery.claim_for_processor(100);
 SELECT id, topic, attempts FROM again ORDER BY id;

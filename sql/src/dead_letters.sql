@@ -68,8 +68,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
                                            headers, content_type, payload, attempts, last_error)
     SELECT p_origin, topic, idempotency_key, id, message_key, headers, content_type, payload,
            attempts, p_error
-      FROM wal_delivery.outbox WHERE id = p_id;
-    UPDATE wal_delivery.outbox
+      FROM wal_delivery.outbox_rows WHERE id = p_id;
+    UPDATE wal_delivery.outbox_rows
        SET state = 'dead', last_error = p_error, finished_at = now(), lease_until = NULL
      WHERE id = p_id;
 $$;
@@ -193,7 +193,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Enqueue the payload again with wal_enqueue, then resolve the entry.';
     END IF;
-    UPDATE wal_delivery.outbox
+    UPDATE wal_delivery.outbox_rows
        SET state = 'pending', attempts = 0, available_at = now(), last_error = NULL,
            finished_at = NULL, lease_until = NULL, processed_payload = NULL
      WHERE id = r.outbox_id AND state = 'dead';

@@ -183,7 +183,45 @@ BEGIN
     RETURN ARRAY(SELECT convert_to(p, 'UTF8') FROM unnest(p_payloads) WITH ORDINALITY AS u(p, i) ORDER BY i);
 END $$;
 
--- The one place a record enters the outbox; the wal_enqueue overloads call it.
+-- The id of the record of p_topic with idempotency key p_key, wherever it is: the row
+-- table, or any live generation of the log (a topic may have had a processor before). In
+-- the log only the records with a caller's key are looked at (its dedupe index holds no
+-- other): a generated key is a random UUID no caller repeats by chance.
+CREATE FUNCTION wal_delivery.existing_record_id(p_topic text, p_key text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT id FROM (SELECT id FROM wal_delivery.outbox_rows WHERE topic = p_topic AND idempotency_key = p_key
+                    UNION ALL
+                    SELECT id FROM wal_delivery.outbox_log
+                     WHERE gen IN (0, 1, 2) AND topic = p_topic AND idempotency_key = p_key AND caller_key) x
+     LIMIT 1
+$$;
+
+-- The generation new log records go to.
+CREATE FUNCTION wal_delivery.current_generation() RETURNS smallint
+LANGUAGE sql STABLE AS $$
+    SELECT gen FROM wal_delivery.outbox_generations WHERE sealed_at IS NULL
+$$;
+
+-- The id of a record whose key was repeated: the first enqueue wins and this one writes
+-- nothing. Raises when the first is not visible (a concurrent transaction committed it
+-- after this one's snapshot).
+CREATE FUNCTION wal_delivery.repeated_key_id(p_topic text, p_key text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint := wal_delivery.existing_record_id(p_topic, p_key);
+BEGIN
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION 'idempotency key "%" of topic "%" was enqueued by a transaction this snapshot cannot see', p_key, p_topic
+            USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
+    END IF;
+    RETURN v_id;
+END $$;
+
+-- The one place a record enters the outbox; the wal_enqueue overloads call it. A record of
+-- a topic with a processor goes to the row table (it has a state machine to run); any
+-- other to the log, where it costs its insert and nothing after. A key the caller gave
+-- is looked up in every live generation first (the log's unique index covers one); a
+-- generated key is new by construction.
 CREATE FUNCTION wal_delivery.enqueue_payload(
     p_topic text, p_payload bytea, p_content_type text,
     p_idempotency_key text, p_key text, p_headers jsonb)
@@ -201,55 +239,68 @@ BEGIN
     END IF;
     PERFORM wal_delivery.check_record(p_topic, t.max_payload_bytes, NULL, p_payload, v_key, p_key, p_headers);
 
-    INSERT INTO wal_delivery.outbox (topic, idempotency_key, needs_processing, message_key, headers,
-                                     content_type, payload, enqueued_by, enqueued_by_session)
-    VALUES (p_topic, v_key, t.needs_processing, p_key, p_headers, p_content_type, p_payload,
-            wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid)
-    ON CONFLICT (topic, idempotency_key) DO NOTHING
-    RETURNING id INTO v_id;
+    IF p_idempotency_key IS NOT NULL THEN
+        v_id := wal_delivery.existing_record_id(p_topic, v_key);
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END IF;
+    IF t.needs_processing THEN
+        INSERT INTO wal_delivery.outbox_rows (topic, idempotency_key, needs_processing, message_key, headers,
+                                              content_type, payload, enqueued_by, enqueued_by_session)
+        VALUES (p_topic, v_key, true, p_key, p_headers, p_content_type, p_payload,
+                wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid)
+        ON CONFLICT (topic, idempotency_key) DO NOTHING
+        RETURNING id INTO v_id;
+    ELSIF p_idempotency_key IS NULL THEN
+        -- A generated key cannot be taken: a plain insert, without the speculative
+        -- insertion ON CONFLICT needs (its confirmation is 48 bytes of WAL a record), and
+        -- no entry in the dedupe index.
+        v_id := nextval('wal_delivery.outbox_ids');
+        INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
+                                             idempotency_key, message_key, content_type, headers, payload)
+        VALUES (wal_delivery.current_generation(), v_id % 8, false, v_id, wal_delivery.invoking_role(),
+                quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload);
+    ELSE
+        v_id := nextval('wal_delivery.outbox_ids');
+        INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
+                                             idempotency_key, message_key, content_type, headers, payload)
+        VALUES (wal_delivery.current_generation(), v_id % 8, true, v_id, wal_delivery.invoking_role(),
+                quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload)
+        ON CONFLICT (gen, topic, idempotency_key) WHERE caller_key DO NOTHING
+        RETURNING id INTO v_id;
+    END IF;
 
     IF v_id IS NULL THEN
-        -- A repeated key: the first enqueue wins and this one writes nothing.
-        SELECT id INTO v_id FROM wal_delivery.outbox WHERE topic = p_topic AND idempotency_key = v_key;
-        IF v_id IS NULL THEN
-            RAISE EXCEPTION 'idempotency key "%" of topic "%" was enqueued by a transaction this snapshot cannot see', v_key, p_topic
-                USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
-        END IF;
-        RETURN v_id;
+        RETURN wal_delivery.repeated_key_id(p_topic, v_key);
     END IF;
     PERFORM wal_delivery.wake_relay_at_commit();
     RETURN v_id;
 END $$;
 
 -- The door. Apps call these unqualified, whatever their search_path, so they live in
--- pg_catalog. PL/pgSQL keeps its plans for the session (a SQL function that is not
--- inlined, as a SECURITY DEFINER one is not, would plan its query on every call).
+-- pg_catalog. They are C (src/ext/enqueue.c): a record of a topic without a processor goes
+-- into the log without a PL/pgSQL call or a query per lookup; everything else (a topic
+-- with a processor, a record that may break a rule) is handed to enqueue_payload above,
+-- which raises the rules' errors. search_path stays pinned: their kept plans are then
+-- never planned again for a caller's search_path.
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload jsonb, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload(topic, convert_to(payload::text, 'UTF8'), 'application/json',
-                                        idempotency_key, key, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_jsonb';
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload bytea, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload(topic, payload, 'application/octet-stream',
-                                        idempotency_key, key, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_bytea';
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload text, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload(topic, convert_to(payload, 'UTF8'), 'text/plain; charset=utf-8',
-                                        idempotency_key, key, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_text';
 
 -- Many records of one topic in one call. The arrays line up by position (the first
 -- element of each, whatever its lower bound, is the first record's); idempotency keys,
@@ -267,6 +318,7 @@ DECLARE
     n integer := coalesce(cardinality(p_payloads), 0);
     v_keys text[];
     v_ids bigint[];
+    v_new bigint[];
 BEGIN
     -- The payloads first, as utf8_payloads checks them before this for jsonb and text.
     IF p_payloads IS NULL THEN
@@ -296,20 +348,46 @@ BEGIN
         PERFORM wal_delivery.check_record(p_topic, t.max_payload_bytes, r.i::integer, r.payload, r.ikey, r.mkey, r.headers);
     END LOOP;
 
-    INSERT INTO wal_delivery.outbox (topic, idempotency_key, needs_processing, message_key, headers,
-                                     content_type, payload, enqueued_by, enqueued_by_session)
-    SELECT p_topic, u.ikey, t.needs_processing, u.mkey, u.headers, p_content_type, u.payload,
-           wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid
-      FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
-     ORDER BY u.i
-    ON CONFLICT (topic, idempotency_key) DO NOTHING;
+    IF t.needs_processing THEN
+        INSERT INTO wal_delivery.outbox_rows (topic, idempotency_key, needs_processing, message_key, headers,
+                                              content_type, payload, enqueued_by, enqueued_by_session)
+        SELECT p_topic, u.ikey, true, u.mkey, u.headers, p_content_type, u.payload,
+               wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid
+          FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+         WHERE p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NULL
+            OR wal_delivery.existing_record_id(p_topic, u.ikey) IS NULL
+         ORDER BY u.i
+        ON CONFLICT (topic, idempotency_key) DO NOTHING;
+        -- One unique-index probe per key and table: a join here got a cached generic plan
+        -- that scanned the whole outbox once it had grown (bench/enqueue).
+        v_ids := ARRAY(SELECT wal_delivery.existing_record_id(p_topic, k.key)
+                         FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
+    ELSE
+        -- The ids first, in input order (nextval runs after the sort): a record with a
+        -- generated key is known by its id alone (the dedupe index does not hold it), a
+        -- caller's key that is already there gets none.
+        v_new := ARRAY(SELECT CASE WHEN p_idempotency_keys[array_lower(p_idempotency_keys, 1) + k.i - 1] IS NULL
+                                     OR wal_delivery.existing_record_id(p_topic, k.key) IS NULL
+                                   THEN nextval('wal_delivery.outbox_ids') END
+                         FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
+        INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
+                                             idempotency_key, message_key, content_type, headers, payload)
+        SELECT wal_delivery.current_generation(), v_new[u.i] % 8,
+               p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NOT NULL, v_new[u.i],
+               wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid, p_topic, u.ikey, u.mkey,
+               p_content_type, u.headers, u.payload
+          FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+         WHERE v_new[u.i] IS NOT NULL
+         ORDER BY u.i
+        ON CONFLICT (gen, topic, idempotency_key) WHERE caller_key DO NOTHING;
+        -- A caller's key is looked up after the insert: the first of the batch's repeats
+        -- of one key won, or a record before this call.
+        v_ids := ARRAY(SELECT CASE WHEN p_idempotency_keys[array_lower(p_idempotency_keys, 1) + k.i - 1] IS NULL
+                                   THEN v_new[k.i]
+                                   ELSE wal_delivery.existing_record_id(p_topic, k.key) END
+                         FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
+    END IF;
 
-    -- One unique-index probe per key: a join here got a cached generic plan that scanned
-    -- the whole outbox once it had grown (bench/enqueue).
-    SELECT array_agg(o.id ORDER BY k.i) INTO v_ids
-      FROM unnest(v_keys) WITH ORDINALITY AS k(key, i)
-      LEFT JOIN LATERAL (SELECT x.id FROM wal_delivery.outbox x
-                          WHERE x.topic = p_topic AND x.idempotency_key = k.key) o ON true;
     IF array_position(v_ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'an idempotency key of topic "%" was enqueued by a transaction this snapshot cannot see', p_topic
             USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
@@ -320,29 +398,22 @@ BEGIN
     RETURN coalesce(v_ids, '{}');
 END $$;
 
+-- The batch door, C as wal_enqueue is; its SQL path is enqueue_payload_batch on the
+-- payloads converted as utf8_payloads does for jsonb and text.
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads jsonb[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload_batch(topic, wal_delivery.utf8_payloads(payloads::text[]), 'application/json',
-                                              idempotency_keys, keys, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_jsonb';
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads bytea[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload_batch(topic, payloads, 'application/octet-stream',
-                                              idempotency_keys, keys, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_bytea';
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads text[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN wal_delivery.enqueue_payload_batch(topic, wal_delivery.utf8_payloads(payloads), 'text/plain; charset=utf-8',
-                                              idempotency_keys, keys, headers);
-END $$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_text';

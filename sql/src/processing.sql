@@ -25,7 +25,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    SELECT state, lease_token, lease_until INTO r FROM wal_delivery.outbox WHERE id = p_id;
+    SELECT state, lease_token, lease_until INTO r FROM wal_delivery.outbox_rows WHERE id = p_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'outbox row % does not exist', p_id
             USING ERRCODE = 'undefined_object', HINT = 'It may have been purged after its idempotency window.';
@@ -62,7 +62,7 @@ BEGIN
     FOR r IN
         SELECT o.id, o.attempts, t.processing_max_attempts AS max_attempts, o.lease_until,
                t.processing_backoff AS backoff
-          FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+          FROM wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic
          WHERE o.state = 'processing' AND o.lease_until <= now()
          ORDER BY o.lease_until LIMIT p_max_rows
            FOR UPDATE OF o SKIP LOCKED
@@ -71,7 +71,7 @@ BEGIN
             PERFORM wal_delivery.bury_row(r.id, 'processing',
                 format('processing lease expired at %s on attempt %s of %s', r.lease_until, r.attempts, r.max_attempts));
         ELSE
-            UPDATE wal_delivery.outbox
+            UPDATE wal_delivery.outbox_rows
                SET state = 'pending', lease_until = NULL,
                    available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts),
                    last_error = format('processing lease expired at %s', r.lease_until)
@@ -111,13 +111,13 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH claimed AS (
-        SELECT c.id FROM wal_delivery.outbox c
+        SELECT c.id FROM wal_delivery.outbox_rows c
          WHERE c.state = 'pending' AND c.needs_processing AND c.available_at <= now()
            AND (p_kind IS NULL OR c.topic = ANY (kind_topics))
          ORDER BY c.available_at LIMIT p_max_rows
            FOR UPDATE OF c SKIP LOCKED
     )
-    UPDATE wal_delivery.outbox o
+    UPDATE wal_delivery.outbox_rows o
        SET state = 'processing', attempts = o.attempts + 1,
            lease_token = nextval('wal_delivery.lease_token_seq'),
            lease_until = now() + coalesce(p_lease, t.processing_lease)
@@ -159,7 +159,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE wal_delivery.outbox o
+    UPDATE wal_delivery.outbox_rows o
        SET state = 'pending', attempts = greatest(o.attempts - 1, 0), lease_until = NULL,
            available_at = now()
       FROM unnest(p_ids, p_lease_tokens) AS x(id, token)
@@ -183,7 +183,7 @@ BEGIN
     SELECT o.state, o.lease_token, o.lease_until, o.payload, o.content_type, t.processor_kind, t.processor,
            t.max_payload_bytes
       INTO r
-      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+      FROM wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic
      WHERE o.id = p_id
        FOR UPDATE OF o;
     IF NOT FOUND OR r.state <> 'processing' OR r.lease_token IS DISTINCT FROM p_lease_token
@@ -222,7 +222,7 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Report a failure with wal_delivery.fail_processing instead.';
     END IF;
     SELECT o.state, o.lease_token, o.lease_until, t.max_payload_bytes INTO r
-      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+      FROM wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic
      WHERE o.id = p_id
        FOR UPDATE OF o;
     IF octet_length(p_processed_payload) > r.max_payload_bytes THEN
@@ -233,7 +233,7 @@ BEGIN
        OR r.lease_until <= now() THEN
         PERFORM wal_delivery.refuse_processing_transition(p_id, p_lease_token);
     END IF;
-    UPDATE wal_delivery.outbox
+    UPDATE wal_delivery.outbox_rows
        SET state = 'processed', processed_payload = p_processed_payload, lease_until = NULL,
            available_at = now(), last_error = NULL
      WHERE id = p_id;
@@ -248,7 +248,7 @@ DECLARE
 BEGIN
     SELECT o.state, o.lease_token, o.lease_until, o.attempts,
            t.processing_max_attempts AS max_attempts, t.processing_backoff AS backoff INTO r
-      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+      FROM wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic
      WHERE o.id = p_id
        FOR UPDATE OF o;
     IF NOT FOUND OR r.state <> 'processing' OR r.lease_token IS DISTINCT FROM p_lease_token
@@ -259,7 +259,7 @@ BEGIN
         PERFORM wal_delivery.bury_row(p_id, 'processing', coalesce(p_error, 'processing failed'));
         RETURN 'dead';
     END IF;
-    UPDATE wal_delivery.outbox
+    UPDATE wal_delivery.outbox_rows
        SET state = 'pending', lease_until = NULL, last_error = coalesce(p_error, 'processing failed'),
            available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
      WHERE id = p_id;
@@ -353,13 +353,13 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    PERFORM 1 FROM wal_delivery.outbox o WHERE o.id = ANY (p_ids) ORDER BY o.id FOR UPDATE OF o;
+    PERFORM 1 FROM wal_delivery.outbox_rows o WHERE o.id = ANY (p_ids) ORDER BY o.id FOR UPDATE OF o;
     FOR r IN
         SELECT x.id AS x_id, x.token AS x_token, o.id AS o_id, o.state, o.lease_token AS o_token,
                o.lease_until AS o_lease_until, o.payload AS o_payload, o.content_type AS o_content_type,
                t.processor_kind AS t_kind, t.processor AS t_processor, t.max_payload_bytes AS t_max
           FROM unnest(p_ids, p_lease_tokens) WITH ORDINALITY AS x(id, token, n)
-          LEFT JOIN (wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic) ON o.id = x.id
+          LEFT JOIN (wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic) ON o.id = x.id
          ORDER BY x.n
     LOOP
         id := r.x_id;
@@ -453,7 +453,7 @@ BEGIN
     SELECT o.state, o.lease_token, o.lease_until, o.payload, o.content_type, t.processor_kind, t.processor,
            t.max_payload_bytes, t.processing_lease
       INTO r
-      FROM wal_delivery.outbox o JOIN wal_delivery.topics t ON t.name = o.topic
+      FROM wal_delivery.outbox_rows o JOIN wal_delivery.topics t ON t.name = o.topic
      WHERE o.id = p_id
        FOR UPDATE OF o;
     IF NOT FOUND OR r.state <> 'processing' OR r.lease_token IS DISTINCT FROM p_lease_token
@@ -468,7 +468,7 @@ BEGIN
     lease_until := r.lease_until;
     IF r.lease_until - r.processing_lease + least(r.processing_lease / 10, interval '1 second') < clock_timestamp() THEN
         lease_until := clock_timestamp() + r.processing_lease;
-        UPDATE wal_delivery.outbox SET lease_until = start_processing_row.lease_until WHERE id = p_id;
+        UPDATE wal_delivery.outbox_rows SET lease_until = start_processing_row.lease_until WHERE id = p_id;
     END IF;
     payload := r.payload;
     content_type := r.content_type;
@@ -612,6 +612,6 @@ SELECT t.name AS topic, t.processor_kind, t.processor, t.processing_lease, t.pro
        count(*) FILTER (WHERE o.state = 'pending' AND o.attempts > 0) AS retrying,
        count(*) FILTER (WHERE o.state = 'dead') AS dead
   FROM wal_delivery.topics t
-  LEFT JOIN wal_delivery.outbox o ON o.topic = t.name AND o.needs_processing
+  LEFT JOIN wal_delivery.outbox_rows o ON o.topic = t.name AND o.needs_processing
  WHERE t.processor_kind IS NOT NULL
  GROUP BY t.name, t.processor_kind, t.processor, t.processing_lease, t.processing_timeout;

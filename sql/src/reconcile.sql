@@ -61,7 +61,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE wal_delivery.outbox o SET available_at = now()
+    UPDATE wal_delivery.outbox_rows o SET available_at = now()
      WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
        AND o.available_at = 'infinity'
        AND (EXISTS (SELECT 1 FROM wal_delivery.kafka_topics k
@@ -135,7 +135,7 @@ SELECT k.topic, k.role, k.partitions, k.replication_factor, k.min_insync_replica
        k.ready, k.error, k.error_is_permanent, k.config_version, k.reconciled_at,
        k.in_kafka, k.kafka_partitions, k.max_message_bytes,
        CASE WHEN k.role = 'main' THEN
-           (SELECT count(*) FROM wal_delivery.outbox o
+           (SELECT count(*) FROM wal_delivery.outbox_rows o
              WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
                AND o.available_at = 'infinity' AND o.topic = k.topic)
        END AS records_waiting

@@ -1,5 +1,6 @@
--- The relay's side of the outbox: the relay background worker (src/ext/relay.c) claims
--- rows ready to ship, produces them to Kafka, and marks what Kafka acknowledged.
+-- The relay's side of the outbox: the relay background worker (src/ext/relay.c) reads
+-- the log lane by lane after its cursor, claims rows of the row table ready to ship,
+-- produces them to Kafka, and moves the cursor or marks what Kafka acknowledged.
 
 -- Wakes the relay when the calling transaction commits (once per transaction; nothing on
 -- rollback). Enqueue and processing call it.
@@ -30,7 +31,7 @@ RETURNS TABLE (id bigint, topic text, idempotency_key text, message_key text, he
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT o.id, o.topic, o.idempotency_key, o.message_key, o.headers, o.content_type,
            coalesce(o.processed_payload, o.payload), o.created_at
-      FROM wal_delivery.outbox o
+      FROM wal_delivery.outbox_rows o
      WHERE ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
        AND o.available_at <= now()
        AND (p_skip_topics IS NULL OR o.topic <> ALL (p_skip_topics))
@@ -45,7 +46,12 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    SELECT state, needs_processing INTO r FROM wal_delivery.outbox WHERE id = p_id;
+    SELECT state, needs_processing INTO r FROM wal_delivery.outbox_rows WHERE id = p_id;
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM wal_delivery.outbox_log WHERE id = p_id) THEN
+        RAISE EXCEPTION 'outbox record % is in the log, not the row table', p_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'A log record is stored when its lane''s relay cursor passes it after Kafka''s acknowledgement; only rows returned by wal_delivery.claim_ready_to_ship can be marked stored or unshippable.';
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'outbox row % does not exist', p_id
             USING ERRCODE = 'undefined_object', HINT = 'It may have been purged after its idempotency window.';
@@ -66,7 +72,7 @@ DECLARE
     n integer;
     bad bigint;
 BEGIN
-    UPDATE wal_delivery.outbox o
+    UPDATE wal_delivery.outbox_rows o
        SET state = 'stored', finished_at = now(), last_error = NULL
       FROM (SELECT DISTINCT unnest(p_ids) AS id) ids
      WHERE o.id = ids.id
@@ -75,7 +81,7 @@ BEGIN
     IF n < (SELECT count(DISTINCT i) FROM unnest(p_ids) i) THEN
         -- All or nothing: name the first row that was not ready (this aborts the update).
         SELECT i INTO bad FROM unnest(p_ids) i
-         WHERE NOT EXISTS (SELECT 1 FROM wal_delivery.outbox x WHERE x.id = i AND x.finished_at = now())
+         WHERE NOT EXISTS (SELECT 1 FROM wal_delivery.outbox_rows x WHERE x.id = i AND x.finished_at = now())
          LIMIT 1;
         PERFORM wal_delivery.refuse_ship_transition(bad);
     END IF;
@@ -88,7 +94,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE wal_delivery.outbox SET available_at = now() + p_delay, last_error = p_error
+    UPDATE wal_delivery.outbox_rows SET available_at = now() + p_delay, last_error = p_error
      WHERE id = ANY (p_ids) AND ((state = 'pending' AND NOT needs_processing) OR state = 'processed');
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
@@ -102,7 +108,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE wal_delivery.outbox o SET last_error = f.error
+    UPDATE wal_delivery.outbox_rows o SET last_error = f.error
       FROM unnest(p_ids, p_errors) AS f(id, error)
      WHERE o.id = f.id AND ((o.state = 'pending' AND NOT o.needs_processing) OR o.state = 'processed')
        AND o.last_error IS DISTINCT FROM f.error;
@@ -119,7 +125,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    UPDATE wal_delivery.outbox o
+    UPDATE wal_delivery.outbox_rows o
        SET available_at = 'infinity',
            last_error = format('waiting for Kafka topic "%s" (wal_delivery.reconcile_status says why): %s', o.topic,
                                coalesce((SELECT k.error FROM wal_delivery.kafka_topics k WHERE k.topic = o.topic),
@@ -135,10 +141,45 @@ END $$;
 CREATE FUNCTION wal_delivery.mark_unshippable(p_id bigint, p_error text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM 1 FROM wal_delivery.outbox
+    PERFORM 1 FROM wal_delivery.outbox_rows
      WHERE id = p_id AND ((state = 'pending' AND NOT needs_processing) OR state = 'processed') FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM wal_delivery.refuse_ship_transition(p_id);
     END IF;
     PERFORM wal_delivery.bury_row(p_id, 'relay', p_error);
 END $$;
+
+-- Log records the relay could not ship when its cursor passed them: copied once into the
+-- row table, same id, pending, so the cursor moves on and they go on row by row
+-- (wait_for_topic, note_shipping_failures, mark_unshippable). Returns how many.
+CREATE FUNCTION wal_delivery.hold_log_records(p_ids bigint[], p_xids xid8[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    -- By (lane, xid, id), the log's one index besides the dedupe one.
+    INSERT INTO wal_delivery.outbox_rows (id, topic, idempotency_key, needs_processing, message_key, headers,
+                                          content_type, payload, enqueued_by, created_at, enqueued_by_session,
+                                          held_xid)
+    SELECT l.id, l.topic, l.idempotency_key, false, l.message_key, l.headers, l.content_type, l.payload,
+           l.enqueued_by, l.created_at, l.enqueued_by_session, l.xid
+      FROM unnest(p_ids, p_xids) AS h(id, xid)
+      JOIN wal_delivery.outbox_log l ON l.lane = h.id % 8 AND l.xid = h.xid AND l.id = h.id
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+-- Moves a lane's cursor after a batch: past (p_pos_xid, p_pos_id) in window p_win, or, when
+-- the batch was the window's last (p_window_done), to the end of the window.
+CREATE FUNCTION wal_delivery.advance_relay_cursor(p_lane smallint, p_win pg_snapshot, p_window_done boolean,
+                                                  p_pos_xid xid8, p_pos_id bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE wal_delivery.relay_cursors
+       SET done_snap = CASE WHEN p_window_done THEN p_win ELSE done_snap END,
+           win_snap = CASE WHEN p_window_done THEN NULL ELSE p_win END,
+           pos_xid = CASE WHEN p_window_done THEN NULL ELSE p_pos_xid END,
+           pos_id = CASE WHEN p_window_done THEN NULL ELSE p_pos_id END,
+           acked_at = CASE WHEN p_window_done THEN now() ELSE acked_at END
+     WHERE lane = p_lane;
+$$;

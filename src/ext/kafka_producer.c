@@ -186,7 +186,7 @@ kafka_producers_destroy(int flush_timeout_ms)
  * still never stand in for the real value, so it is dropped here. The list must match
  * wal_delivery.reserved_header_names() in sql/src/enqueue.sql (test_writer_door.py).
  */
-static bool
+bool
 is_reserved_header(const char *name)
 {
 	static const char *const reserved[] = {

@@ -1,13 +1,18 @@
 /*
  * relay.c: the background workers that ship the outbox to Kafka.
  *
- * A pass claims a batch of ready rows (SKIP LOCKED, so relays side by side never share
- * a row), produces each with its headers, waits for every delivery report, and in the
- * same transaction marks stored exactly the rows whose report says persisted. Anything
- * else stays unshipped: rows of a topic Kafka does not have wait (written once) until the
- * reconciler creates it; rows Kafka did not take are tried again later, without being
- * rewritten, while their topic is passed over; a row Kafka can never take (too large) is
- * dead. A crash at any point leaves the claimed rows unmarked, so they are sent again.
+ * A pass reads, for each lane of the log it owns, the next batch after the lane's cursor,
+ * and claims a batch of ready rows of the row table (SKIP LOCKED, so relays side by side
+ * never share a row); it produces each with its headers, waits for every delivery report,
+ * and in the same transaction moves each lane's cursor (once per batch, never per record)
+ * and marks stored exactly the claimed rows whose report says persisted. A log record
+ * that was not persisted is held: copied once into the row table, so the cursor moves on
+ * (unless Kafka did not answer at all, when the cursor stays and the batch is read again),
+ * and goes on there row by row. Anything else stays unshipped: rows of a topic Kafka does
+ * not have wait (written once) until the reconciler creates it; rows Kafka did not take
+ * are tried again later, without being rewritten, while their topic is passed over; a row
+ * Kafka can never take (too large) is dead. A crash at any point leaves the claimed rows
+ * unmarked and the cursors unmoved, so they are sent again.
  *
  * Words: a "pass" is one claim-produce-mark transaction; "backoff" is how long the relay
  * waits after a pass that shipped nothing because Kafka took nothing; a "failing topic"
@@ -67,8 +72,9 @@ typedef struct PassResult
 	int waiting;  /* their topic is not in Kafka: they wait for it */
 	int unshippable;
 	bool extension_missing;
-	bool kafka_down; /* the first deferred row's error says Kafka did not answer */
-	char *reason;    /* why the first deferred row was not stored */
+	bool kafka_down;   /* the first deferred row's error says Kafka did not answer */
+	char *reason;      /* why the first deferred row was not stored */
+	bool more_waiting; /* a batch was full: go again at once */
 } PassResult;
 
 static RelayState relay_state = RELAY_SHIPPING;
@@ -177,6 +183,35 @@ spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values)
 {
 	int rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
 
+	if (rc < 0)
+		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+}
+
+/*
+ * Runs one of the statements every pass runs through a plan kept for the session (*plan,
+ * prepared on first use): planning them on every pass (the claim, and per lane its cursor,
+ * its batch and the cursor's move) was most of an idle relay's CPU, since each commit
+ * wakes a pass. The plan cache re-plans by itself after DDL on what they read (a TRUNCATE
+ * of a generation, the extension dropped and created again). nulls as SPI_execute_plan's.
+ */
+static void
+spi_exec_kept(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *values,
+			  const char *nulls)
+{
+	int rc;
+
+	if (*plan == NULL)
+	{
+		SPIPlanPtr p = SPI_prepare(sql, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "wal_delivery relay: could not prepare (%s): %s",
+				 SPI_result_code_string(SPI_result), sql);
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "wal_delivery relay: could not keep the plan of: %s", sql);
+		*plan = p;
+	}
+	rc = SPI_execute_plan(*plan, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
 }
@@ -567,13 +602,273 @@ ship_claimed_rows(PassResult *result)
 	write_sorted_rows(&rows, result);
 }
 
+/* ------------------------------------------------------------ the log */
+
+#define LOG_LANES 8
+
+/*
+ * One lane's batch: the window (snapshot) being shipped, whether this pass opened it
+ * (then it is not in the cursor yet), and the records read after the cursor in that
+ * window, in (xid, id) order.
+ */
+typedef struct LaneBatch
+{
+	int lane;
+	bool fresh_window;
+	char *window; /* pg_snapshot, as text */
+	int limit;
+	ClaimedRows rows;
+} LaneBatch;
+
+static const char lane_cursor_sql[] =
+	"SELECT coalesce(win_snap, pg_current_snapshot())::text, win_snap IS NULL,"
+	"       done_snap, coalesce(pos_xid, pg_snapshot_xmin(done_snap)),"
+	"       coalesce(pos_id, 0), coalesce(win_snap, pg_current_snapshot())"
+	"  FROM wal_delivery.relay_cursors WHERE lane = $1";
+
+/*
+ * The next records of a lane after its cursor in the window: committed in the window's
+ * snapshot and not in done_snap. The ordered subquery walks the (lane, xid, id) index from
+ * the cursor, so a batch costs the same however long the log is; the relay's planner
+ * settings (wal_delivery_relay_main) keep any other plan away whatever the statistics say.
+ * Columns as claim_sql's, then the record's xid.
+ */
+static const char lane_batch_sql[] =
+	"SELECT c.id, c.topic, c.idempotency_key, c.message_key, c.headers::text, c.content_type,"
+	"       c.payload, to_char(c.created_at AT TIME ZONE 'UTC', "
+	"                          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), t.acks,"
+	"       coalesce(k.in_kafka, false), k.error, c.xid::text"
+	"  FROM (SELECT l.* FROM wal_delivery.outbox_log l"
+	"         WHERE l.lane = $1 AND (l.xid, l.id) > ($4, $5)"
+	"           AND l.xid < pg_snapshot_xmax($2)"
+	"           AND pg_visible_in_snapshot(l.xid, $2)"
+	"           AND NOT pg_visible_in_snapshot(l.xid, $3)"
+	"         ORDER BY l.lane, l.xid, l.id LIMIT $6) c"
+	"  LEFT JOIN wal_delivery.topics t ON t.name = c.topic"
+	"  LEFT JOIN wal_delivery.kafka_topics k ON k.topic = c.topic AND k.role = 'main'";
+
+#define LANE_XID_COLUMN 12
+
+/* Whether this relay ships lane: lanes are dealt out to the relay workers by number. */
+static bool
+owns_lane(int slot, int lane)
+{
+	return lane % Max(wal_delivery_relay_workers, 1) == slot;
+}
+
+/* Reads a lane's cursor and its next batch, and produces the batch. */
 static void
-run_pass(PassResult *result)
+read_lane(LaneBatch *b)
+{
+	Oid ctypes[1] = {INT2OID};
+	Datum cvalues[1] = {Int16GetDatum(b->lane)};
+	/* The snapshots and the position go in binary: parsed once, not once per row read. */
+	Oid types[6] = {INT2OID, PG_SNAPSHOTOID, PG_SNAPSHOTOID, XID8OID, INT8OID, INT4OID};
+	Datum values[6];
+	SPITupleTable *cur;
+	bool isnull;
+
+	static SPIPlanPtr cursor_plan = NULL;
+	static SPIPlanPtr batch_plan = NULL;
+
+	spi_exec_kept(&cursor_plan, lane_cursor_sql, 1, ctypes, cvalues, NULL);
+	if (SPI_processed != 1)
+		elog(ERROR, "wal_delivery relay: lane %d has no cursor", b->lane);
+	cur = SPI_tuptable;
+	b->window = SPI_getvalue(cur->vals[0], cur->tupdesc, 1);
+	b->fresh_window = DatumGetBool(SPI_getbinval(cur->vals[0], cur->tupdesc, 2, &isnull));
+	values[0] = Int16GetDatum(b->lane);
+	values[1] = SPI_getbinval(cur->vals[0], cur->tupdesc, 6, &isnull);
+	values[2] = SPI_getbinval(cur->vals[0], cur->tupdesc, 3, &isnull);
+	values[3] = SPI_getbinval(cur->vals[0], cur->tupdesc, 4, &isnull);
+	values[4] = SPI_getbinval(cur->vals[0], cur->tupdesc, 5, &isnull);
+	values[5] = Int32GetDatum(b->limit);
+	spi_exec_kept(&batch_plan, lane_batch_sql, 6, types, values, NULL);
+	init_claimed_rows(&b->rows);
+	produce_claimed_rows(&b->rows);
+}
+
+static bool
+persisted(const ClaimedRows *rows, int i)
+{
+	const KafkaDelivery *d = &rows->deliveries[i];
+
+	return rows->fate[i] == ROW_PRODUCED && d->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+		   d->status == RD_KAFKA_MSG_STATUS_PERSISTED;
+}
+
+/*
+ * Whether the cursors stay where they are this pass: Kafka took nothing of the pass (no
+ * log record persisted, no claimed row stored), and every log record it did not take may
+ * be taken later as it is (Kafka did not answer, or a broker refused it for now). Then
+ * nothing is blocked by those records, and the batch is read again after the backoff
+ * instead of being copied into the row table: an outage costs no write per record. When
+ * Kafka took something, the records it did not take are held (copied once), so a failing
+ * topic never stops its lane for the others; a record whose topic is not in Kafka, was
+ * deleted, or is too large is held at once (it waits, or dies, row by row).
+ */
+static bool
+lanes_wait(LaneBatch *lanes, int n_lanes, PassResult *result)
+{
+	int waiting = 0;
+	char *reason = NULL;
+	bool kafka_down = false;
+
+	if (result->stored > 0)
+		return false;
+	for (int l = 0; l < n_lanes; l++)
+		for (int i = 0; i < lanes[l].rows.n; i++)
+		{
+			const ClaimedRows *rows = &lanes[l].rows;
+			rd_kafka_resp_err_t err = rows->deliveries[i].err;
+
+			if (rows->fate[i] != ROW_PRODUCED || persisted(rows, i) || is_unshippable(err))
+				return false;
+			if (reason == NULL)
+			{
+				reason = psprintf("%s (topic \"%s\")",
+								  err != RD_KAFKA_RESP_ERR_NO_ERROR
+									  ? rd_kafka_err2str(err)
+									  : "Kafka reported the record as possibly persisted",
+								  SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, 2));
+				kafka_down = is_kafka_down(err);
+			}
+			waiting++;
+		}
+	result->deferred += waiting;
+	if (result->reason == NULL)
+	{
+		result->reason = reason;
+		result->kafka_down = kafka_down;
+	}
+	return true;
+}
+
+/* Moves a lane's cursor past its batch: one small update per batch. */
+static void
+advance_cursor(const LaneBatch *b)
+{
+	const ClaimedRows *rows = &b->rows;
+	Oid types[5] = {INT2OID, TEXTOID, BOOLOID, TEXTOID, INT8OID};
+	Datum values[5] = {0};
+	char nulls[5] = {' ', ' ', ' ', 'n', 'n'};
+	bool window_done = rows->n < b->limit;
+	static SPIPlanPtr plan = NULL;
+
+	values[0] = Int16GetDatum(b->lane);
+	values[1] = CStringGetTextDatum(b->window);
+	values[2] = BoolGetDatum(window_done);
+	if (!window_done)
+	{
+		HeapTuple last = rows->tt->vals[rows->n - 1];
+		bool isnull;
+
+		values[3] = CStringGetTextDatum(SPI_getvalue(last, rows->tt->tupdesc, LANE_XID_COLUMN));
+		values[4] = SPI_getbinval(last, rows->tt->tupdesc, 1, &isnull);
+		nulls[3] = nulls[4] = ' ';
+	}
+	spi_exec_kept(&plan,
+				  "SELECT wal_delivery.advance_relay_cursor($1, $2::pg_snapshot, $3, $4::xid8, $5)",
+				  5, types, values, nulls);
+}
+
+/*
+ * After the reports: holds every record of the batch that was not persisted (copied into
+ * the row table, where the claim's row-by-row handling takes over), then moves the cursor
+ * past the batch, or to the window's end when the batch was its last.
+ */
+static void
+finish_lane(LaneBatch *b, PassResult *result)
+{
+	ClaimedRows *rows = &b->rows;
+	int64 *held = palloc(sizeof(int64) * Max(rows->n, 1));
+	Datum *held_xids = palloc(sizeof(Datum) * Max(rows->n, 1));
+	int n_held = 0;
+	PassResult lane = {0};
+
+	for (int i = 0; i < rows->n; i++)
+	{
+		if (persisted(rows, i))
+			continue;
+		held[n_held] = rows->deliveries[i].outbox_id;
+		held_xids[n_held++] = CStringGetTextDatum(
+			SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, LANE_XID_COLUMN));
+	}
+	if (n_held > 0)
+	{
+		Oid types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+		Datum values[2] = {
+			int8_array(held, n_held),
+			PointerGetDatum(construct_array(held_xids, n_held, TEXTOID, -1, false, TYPALIGN_INT))};
+
+		spi_exec_or_fail("SELECT wal_delivery.hold_log_records($1, $2::xid8[])", 2, types, values);
+	}
+	/*
+	 * The held rows now take the claim's path (waiting for their topic, dead, or passed
+	 * over with their reason), row by row; the persisted ones are stored by the cursor,
+	 * not by mark_stored.
+	 */
+	sort_claimed_rows(rows, &lane);
+	lane.stored = 0;
+	write_sorted_rows(rows, &lane);
+	result->stored += rows->n - n_held;
+	result->deferred += lane.deferred;
+	result->waiting += lane.waiting;
+	result->unshippable += lane.unshippable;
+	if (result->reason == NULL && lane.reason != NULL)
+	{
+		result->reason = lane.reason;
+		result->kafka_down = lane.kafka_down;
+	}
+	if (rows->n > 0 || !b->fresh_window)
+		advance_cursor(b);
+	if (rows->n == b->limit)
+		result->more_waiting = true;
+}
+
+/*
+ * The log part of a pass, inside the pass transaction: read and produce every owned
+ * lane's batch, wait once for all reports, then hold what Kafka did not take and move the
+ * cursors. Stored therefore means: the cursor moved past it in a committed transaction,
+ * after Kafka's acknowledgement; a crash before the commit sends the batch again.
+ */
+static void
+ship_log(int slot, PassResult *result)
+{
+	LaneBatch lanes[LOG_LANES];
+	int n_lanes = 0;
+	bool read_any = false;
+
+	for (int lane = 0; lane < LOG_LANES; lane++)
+	{
+		if (!owns_lane(slot, lane))
+			continue;
+		memset(&lanes[n_lanes], 0, sizeof(LaneBatch));
+		lanes[n_lanes].lane = lane;
+		lanes[n_lanes].limit = relay_batch_size;
+		read_lane(&lanes[n_lanes]);
+		read_any |= lanes[n_lanes].rows.n > 0;
+		n_lanes++;
+	}
+	if (read_any)
+	{
+		wait_for_delivery_reports();
+		if (lanes_wait(lanes, n_lanes, result))
+			return;
+	}
+	/* A fresh window with nothing in it costs no write. */
+	for (int l = 0; l < n_lanes; l++)
+		finish_lane(&lanes[l], result);
+}
+
+static void
+run_pass(int slot, PassResult *result)
 {
 	Oid types[2] = {INT4OID, TEXTARRAYOID};
 	Datum values[2];
 	char nulls[2] = {' ', ' '};
 	bool no_skip;
+	static SPIPlanPtr claim_plan = NULL;
 
 	memset(result, 0, sizeof(*result));
 	pass_number++;
@@ -590,10 +885,12 @@ run_pass(PassResult *result)
 		values[0] = Int32GetDatum(relay_batch_size);
 		values[1] = topics_to_pass_over(&no_skip);
 		nulls[1] = no_skip ? 'n' : ' ';
-		if (SPI_execute_with_args(claim_sql, 2, types, values, nulls, false, 0) < 0)
-			elog(ERROR, "wal_delivery relay: SPI failed on: %s", claim_sql);
+		spi_exec_kept(&claim_plan, claim_sql, 2, types, values, nulls);
 		if (SPI_processed > 0)
 			ship_claimed_rows(result);
+		if (result->claimed == relay_batch_size)
+			result->more_waiting = true;
+		ship_log(slot, result);
 	}
 
 	SPI_finish();
@@ -609,6 +906,7 @@ run_maintenance(void)
 	static const char *const steps[] = {
 		"SELECT wal_delivery.expire_processing_leases()",
 		"SELECT wal_delivery.purge_finished_rows(1000)",
+		"SELECT wal_delivery.rotate_outbox_log()",
 	};
 
 	for (int i = 0; i < (int) lengthof(steps); i++)
@@ -703,8 +1001,8 @@ wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
 		enter_state(RELAY_SHIPPING, NULL);
 		*backoff_ms = 0;
 	}
-	if (pass->claimed == relay_batch_size)
-		return 0; /* more is waiting */
+	if (pass->more_waiting)
+		return 0;
 	if (topic_retry_ms >= 0 && topic_retry_ms < idle_ms)
 		return topic_retry_ms;
 	return idle_ms;
@@ -715,7 +1013,7 @@ wait_after_pass(const PassResult *pass, int *backoff_ms, int idle_ms)
  * Returns how long to wait before the next one.
  */
 static int
-ship_once(PassResult *pass, int *backoff_ms, int idle_ms)
+ship_once(int slot, PassResult *pass, int *backoff_ms, int idle_ms)
 {
 	char fatal[512];
 
@@ -727,7 +1025,7 @@ ship_once(PassResult *pass, int *backoff_ms, int idle_ms)
 		*backoff_ms = Min(*backoff_ms * 2, relay_max_backoff_ms);
 		return *backoff_ms;
 	}
-	run_pass(pass);
+	run_pass(slot, pass);
 	if (kafka_producers_failed(fatal, sizeof(fatal)))
 	{
 		/* Unmarked rows are sent again by the new producers (at least once). */
@@ -775,6 +1073,24 @@ wal_delivery_relay_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
 	relay_wakeup_register_latch(slot, MyLatch);
+	/*
+	 * The log is never analyzed (autovacuum is off on it), and a stale estimate must not
+	 * turn a lane's batch into a scan and sort of the whole log: the relay's queries walk
+	 * indexes whatever the statistics say.
+	 */
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * And no JIT. A plan that keeps a disabled node (a seq scan of a small table such as
+	 * topics or outbox_generations, a sort) costs 1e10 more per node, far above every
+	 * jit_*_above_cost, so each such statement was compiled, inlined and optimized by LLVM
+	 * on every execution: 100-900 ms a statement. Relay 0's maintenance runs several, so
+	 * it stopped shipping for 0.3-1.5 s every maintenance_interval, and the records
+	 * committed meanwhile waited: that was the log outbox's latency tail
+	 * (bench/relay_latency). The relay's statements are all short; none gains from JIT.
+	 */
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	ereport(LOG, (errmsg("wal_delivery relay %d started on database \"%s\"", slot,
 						 wal_delivery_database)));
 
@@ -786,7 +1102,7 @@ wal_delivery_relay_main(Datum main_arg)
 		int wait_ms;
 
 		reload_settings_if_asked();
-		wait_ms = ship_once(&pass, &backoff_ms, idle_ms);
+		wait_ms = ship_once(slot, &pass, &backoff_ms, idle_ms);
 		maintain_when_due(slot, &pass, &next_maintenance);
 		wait_for_work(wait_ms);
 	}

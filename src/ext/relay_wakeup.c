@@ -102,11 +102,17 @@ relay_wakeup_register_xact_callback(void)
 	RegisterXactCallback(relay_wakeup_xact_callback, NULL);
 }
 
+void
+relay_wake_at_commit(void)
+{
+	wake_at_commit = true;
+}
+
 /* Called by wal_enqueue: the relay is woken when (and only if) this transaction commits. */
 Datum
 wal_delivery_wake_relay_at_commit(PG_FUNCTION_ARGS)
 {
-	wake_at_commit = true;
+	relay_wake_at_commit();
 	PG_RETURN_VOID();
 }
 

@@ -17,6 +17,9 @@ void relay_wakeup_request_shmem(void);
 void relay_wakeup_init_shmem(void);
 void relay_wakeup_register_xact_callback(void);
 
+/* Marks this transaction: its commit wakes the relay (an abort does not). */
+void relay_wake_at_commit(void);
+
 /* Called by relay workers (see the relay) to receive wakeups at the given slot. */
 void relay_wakeup_register_latch(int slot, Latch *latch);
 

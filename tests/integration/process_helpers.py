@@ -19,8 +19,8 @@ BEGIN
     VALUES (NEW.id, NEW.topic, NEW.state::text, NEW.lease_token, current_setting('application_name'));
     RETURN NULL;
 END $$;
-DROP TRIGGER IF EXISTS process_audit ON wal_delivery.outbox;
-CREATE TRIGGER process_audit AFTER UPDATE OF state ON wal_delivery.outbox FOR EACH ROW
+DROP TRIGGER IF EXISTS process_audit ON wal_delivery.outbox_rows;
+CREATE TRIGGER process_audit AFTER UPDATE OF state ON wal_delivery.outbox_rows FOR EACH ROW
     WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.topic LIKE 'proc.%')
     EXECUTE FUNCTION public.process_audit();
 """
@@ -50,7 +50,7 @@ def install_audit():
 
 def remove_audit():
     with connect() as conn:
-        conn.execute("DROP TRIGGER IF EXISTS process_audit ON wal_delivery.outbox")
+        conn.execute("DROP TRIGGER IF EXISTS process_audit ON wal_delivery.outbox_rows")
 
 
 def transitions(conn, topic, state):

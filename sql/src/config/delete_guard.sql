@@ -30,7 +30,13 @@ BEGIN
                                 CASE WHEN TG_TABLE_NAME = 'topics' THEN ' (its undelivered records are deleted with it)' ELSE '' END);
     END IF;
     IF TG_TABLE_NAME = 'topics' THEN
-        DELETE FROM wal_delivery.outbox WHERE topic = OLD.name AND state IN ('pending', 'processing', 'processed');
+        DELETE FROM wal_delivery.outbox_rows WHERE topic = OLD.name AND state IN ('pending', 'processing', 'processed');
+        -- The log's unacknowledged records of the topic (the relay has not passed them).
+        DELETE FROM wal_delivery.outbox_log l USING wal_delivery.relay_cursors c
+         WHERE l.topic = OLD.name AND c.lane = l.lane
+           AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
+                    OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
+                        AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)));
     END IF;
     RETURN OLD;
 END $$;

@@ -20,7 +20,7 @@
 static const char *const reserved_headers[] = {
 	"idempotency-key",  "outbox-id",     "source-topic", "content-type", "created-at",
 	"source-partition", "source-offset", "destination",  "attempt",      "step-entered-at",
-	"step-jitter-ms",   "not-before",    "last-error",   "dead-reason"};
+	"step-jitter-ms",   "not-before",    "last-error",   "dead-reason",  "payload-omitted"};
 
 static void *
 must(void *p)

@@ -1,0 +1,414 @@
+/*
+ * enqueue.c: the door (wal_enqueue, wal_enqueue_batch) in C.
+ *
+ * Why C: the PL/pgSQL door cost an application's transaction 0.64-0.87x the throughput of
+ * a plain INSERT of the same row (bench/enqueue; issue 17, goal 5): a PL/pgSQL call per
+ * level, a query each for the topic, the generation and the key, and the record's rules
+ * checked in PL/pgSQL. Here a record of a topic without a processor costs reads through
+ * indexes (enqueue_lookup.c), a check in C (enqueue_check.c) and one kept INSERT plan
+ * (enqueue_insert.c).
+ *
+ * Everything else goes the SQL path, unchanged: wal_delivery.enqueue_payload(_batch), as
+ * the SQL door called it. That is a topic with a processor (the row table and its state
+ * machine), and any call that is not surely valid: a missing topic, a NULL payload, a
+ * record that may break a rule, arrays that do not line up. The SQL path raises the same
+ * errors with the same SQLSTATEs as before, from one place.
+ *
+ * Visibility: each call reads under a new snapshot after a command counter increment,
+ * as the PL/pgSQL statements it replaces did (a record enqueued earlier in the same
+ * statement or transaction is found by its key).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+#include "enqueue_check.h"
+#include "enqueue_insert.h"
+#include "enqueue_lookup.h"
+#include "relay_wakeup.h"
+
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_jsonb);
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_bytea);
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_text);
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_batch_jsonb);
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_batch_bytea);
+PG_FUNCTION_INFO_V1(wal_delivery_enqueue_batch_text);
+
+static const char *const content_types[] = {[PAYLOAD_JSONB] = "application/json",
+											[PAYLOAD_TEXT] = "text/plain; charset=utf-8",
+											[PAYLOAD_BYTEA] = "application/octet-stream"};
+
+/* convert_to(s, 'UTF8') as bytea. */
+static bytea *
+utf8_bytea(const char *s, int len)
+{
+	const char *utf8 = pg_server_to_any(s, len, PG_UTF8);
+	int utf8_len = utf8 == s ? len : (int) strlen(utf8);
+	bytea *result = palloc(VARHDRSZ + utf8_len);
+
+	SET_VARSIZE(result, VARHDRSZ + utf8_len);
+	memcpy(VARDATA(result), utf8, utf8_len);
+	return result;
+}
+
+/* A payload argument as the bytes stored (the SQL door's convert_to). */
+static bytea *
+payload_bytes(PayloadKind kind, Datum value)
+{
+	if (kind == PAYLOAD_JSONB)
+	{
+		Jsonb *jb = DatumGetJsonbP(value);
+		char *s = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+
+		return utf8_bytea(s, strlen(s));
+	}
+	if (kind == PAYLOAD_TEXT)
+	{
+		text *t = DatumGetTextPP(value);
+
+		return utf8_bytea(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	}
+	return DatumGetByteaPP(value);
+}
+
+/* gen_random_uuid()::text: a version 4 UUID from the strong random source. */
+static text *
+generated_key(void)
+{
+	uint8 b[16];
+	char s[37];
+	int o = 0;
+
+	if (!pg_strong_random(b, sizeof(b)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not generate random values")));
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	for (int i = 0; i < 16; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			s[o++] = '-';
+		o += sprintf(s + o, "%02x", b[i]);
+	}
+	return cstring_to_text_with_len(s, 36);
+}
+
+static int64
+next_outbox_id(void)
+{
+	return nextval_internal(enqueue_relation_oid("outbox_ids"), true);
+}
+
+/* The fresh snapshot each call reads under (see the file comment). */
+static void
+begin_reads(void)
+{
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+/* Where the C path may take a topic's records: into generation *gen of the log. */
+static bool
+log_topic(text *topic, EnqueueTopic *t, int *gen)
+{
+	if (!enqueue_find_topic(topic, t) || t->has_processor)
+		return false;
+	*gen = enqueue_current_generation();
+	return *gen >= 0;
+}
+
+/* One record into the log, as enqueue_payload does; false: the SQL path must take it. */
+static bool
+enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller_key,
+				   text *message_key, Jsonb *headers, int64 *id)
+{
+	EnqueueTopic t;
+	int gen;
+	EnqueueRecord record = {payload, caller_key, caller_key != NULL, message_key, headers};
+	LogRecord row;
+
+	if (!log_topic(topic, &t, &gen))
+		return false;
+	if (record.idempotency_key == NULL)
+		record.idempotency_key = generated_key();
+	if (!enqueue_record_surely_valid(&record, t.max_payload_bytes))
+		return false;
+	/* The first enqueue of a key wins; a repeat writes nothing and wakes nobody. */
+	if (caller_key != NULL)
+	{
+		KeyLookup *lookup = enqueue_key_lookup_begin();
+		bool seen = enqueue_key_lookup(lookup, topic, caller_key, id);
+
+		enqueue_key_lookup_end(lookup);
+		if (seen)
+			return true;
+	}
+
+	row.id = next_outbox_id();
+	row.caller_key = caller_key != NULL;
+	row.topic = topic;
+	row.idempotency_key = record.idempotency_key;
+	row.message_key = message_key;
+	row.content_type = content_type;
+	row.headers = headers;
+	row.payload = payload;
+	if (!enqueue_insert_log_record(gen, &row))
+	{
+		/* A concurrent enqueue of the key committed first (or is invisible: 40001). */
+		*id = enqueue_repeated_key_id(topic, caller_key);
+		return true;
+	}
+	relay_wake_at_commit();
+	*id = row.id;
+	return true;
+}
+
+static Datum
+enqueue_one(FunctionCallInfo fcinfo, PayloadKind kind)
+{
+	text *topic = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	bytea *payload = PG_ARGISNULL(1) ? NULL : payload_bytes(kind, PG_GETARG_DATUM(1));
+	text *caller_key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	text *message_key = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+	Jsonb *headers = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
+	text *content_type = cstring_to_text(content_types[kind]);
+	bool isnull;
+	Datum id;
+
+	if (topic != NULL && payload != NULL)
+	{
+		int64 log_id;
+		bool taken;
+
+		begin_reads();
+		taken = enqueue_log_record(topic, payload, content_type, caller_key, message_key, headers,
+								   &log_id);
+		PopActiveSnapshot();
+		if (taken)
+			PG_RETURN_INT64(log_id);
+	}
+	id = enqueue_sql_one(topic, payload, content_type, caller_key, message_key, headers, &isnull);
+	if (isnull)
+		PG_RETURN_NULL();
+	return id;
+}
+
+Datum
+wal_delivery_enqueue_jsonb(PG_FUNCTION_ARGS)
+{
+	return enqueue_one(fcinfo, PAYLOAD_JSONB);
+}
+
+Datum
+wal_delivery_enqueue_bytea(PG_FUNCTION_ARGS)
+{
+	return enqueue_one(fcinfo, PAYLOAD_BYTEA);
+}
+
+Datum
+wal_delivery_enqueue_text(PG_FUNCTION_ARGS)
+{
+	return enqueue_one(fcinfo, PAYLOAD_TEXT);
+}
+
+/* A batch argument's elements in order (bounds ignored); false if it has 2+ dimensions. */
+typedef struct BatchArray
+{
+	bool given; /* the argument was not NULL */
+	int n;
+	Datum *values;
+	bool *nulls;
+} BatchArray;
+
+static bool
+batch_array(FunctionCallInfo fcinfo, int arg, Oid element_type, BatchArray *out)
+{
+	ArrayType *a;
+	int16 typlen;
+	bool typbyval;
+	char typalign;
+
+	memset(out, 0, sizeof(*out));
+	if (PG_ARGISNULL(arg))
+		return true;
+	a = PG_GETARG_ARRAYTYPE_P(arg);
+	if (ARR_NDIM(a) > 1)
+		return false;
+	get_typlenbyvalalign(element_type, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, element_type, typlen, typbyval, typalign, &out->values, &out->nulls,
+					  &out->n);
+	out->given = true;
+	return true;
+}
+
+/* wal_enqueue_batch's result: the ids in input order. */
+static ArrayType *
+batch_ids(int n, const int64 *ids)
+{
+	Datum *values = palloc(sizeof(Datum) * (n + 1));
+
+	for (int i = 0; i < n; i++)
+		values[i] = Int64GetDatum(ids[i]);
+	return construct_array(values, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/*
+ * A batch of records of one topic into the log, as enqueue_payload_batch does; NULL: the
+ * SQL path must take it. Its arguments' shapes are checked by the caller.
+ */
+static ArrayType *
+enqueue_log_batch(text *topic, PayloadKind kind, const BatchArray *payloads,
+				  const BatchArray *caller_keys, const BatchArray *message_keys,
+				  const BatchArray *headers)
+{
+	int n = payloads->n;
+	EnqueueTopic t;
+	int gen;
+	text *content_type = cstring_to_text(content_types[kind]);
+	Datum *payload_values = palloc(sizeof(Datum) * (n + 1));
+	Datum *key_values = palloc(sizeof(Datum) * (n + 1));
+	Datum *message_key_values = palloc0(sizeof(Datum) * (n + 1));
+	bool *message_key_nulls = palloc(sizeof(bool) * (n + 1));
+	Datum *header_values = palloc0(sizeof(Datum) * (n + 1));
+	bool *header_nulls = palloc(sizeof(bool) * (n + 1));
+	bool *caller = palloc(sizeof(bool) * (n + 1));
+	int64 *ids = palloc(sizeof(int64) * (n + 1));
+	bool *existing = palloc(sizeof(bool) * (n + 1));
+	bool *inserted = palloc(sizeof(bool) * (n + 1));
+	KeyLookup *lookup;
+
+	if (!log_topic(topic, &t, &gen))
+		return NULL;
+	for (int i = 0; i < n; i++)
+	{
+		EnqueueRecord record;
+
+		if (payloads->nulls[i])
+			return NULL;
+		caller[i] = caller_keys->given && !caller_keys->nulls[i];
+		message_key_nulls[i] = !message_keys->given || message_keys->nulls[i];
+		header_nulls[i] = !headers->given || headers->nulls[i];
+		record.payload = payload_bytes(kind, payloads->values[i]);
+		record.idempotency_key =
+			caller[i] ? DatumGetTextPP(caller_keys->values[i]) : generated_key();
+		record.caller_key = caller[i];
+		record.message_key = message_key_nulls[i] ? NULL : DatumGetTextPP(message_keys->values[i]);
+		record.headers = header_nulls[i] ? NULL : DatumGetJsonbP(headers->values[i]);
+		if (!enqueue_record_surely_valid(&record, t.max_payload_bytes))
+			return NULL;
+		payload_values[i] = PointerGetDatum(record.payload);
+		key_values[i] = PointerGetDatum(record.idempotency_key);
+		if (!message_key_nulls[i])
+			message_key_values[i] = PointerGetDatum(record.message_key);
+		if (!header_nulls[i])
+			header_values[i] = PointerGetDatum(record.headers);
+	}
+
+	/* In input order, a key seen before keeps its record and takes no id. */
+	lookup = enqueue_key_lookup_begin();
+	for (int i = 0; i < n; i++)
+	{
+		existing[i] =
+			caller[i] && enqueue_key_lookup(lookup, topic, DatumGetTextPP(key_values[i]), &ids[i]);
+		if (!existing[i])
+			ids[i] = next_outbox_id();
+	}
+	enqueue_key_lookup_end(lookup);
+	lookup = NULL;
+	if (n > 0)
+		enqueue_insert_log_batch(gen, n, ids, existing, caller, topic, key_values,
+								 message_key_values, message_key_nulls, content_type, header_values,
+								 header_nulls, payload_values, inserted);
+
+	/* A caller's key whose insert was skipped: a record of this batch or a concurrent one. */
+	for (int i = 0; i < n; i++)
+	{
+		if (existing[i] || !caller[i] || inserted[i])
+			continue;
+		if (lookup == NULL)
+		{
+			PopActiveSnapshot();
+			begin_reads();
+			lookup = enqueue_key_lookup_begin();
+		}
+		if (!enqueue_key_lookup(lookup, topic, DatumGetTextPP(key_values[i]), &ids[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("an idempotency key of topic \"%s\" was enqueued by a transaction "
+							"this snapshot cannot see",
+							text_to_cstring(topic)),
+					 errhint("Retry the transaction.")));
+	}
+	if (lookup != NULL)
+		enqueue_key_lookup_end(lookup);
+	if (n > 0)
+		relay_wake_at_commit();
+	return batch_ids(n, ids);
+}
+
+static Datum
+enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
+{
+	static const Oid payload_types[] = {
+		[PAYLOAD_JSONB] = JSONBOID, [PAYLOAD_TEXT] = TEXTOID, [PAYLOAD_BYTEA] = BYTEAOID};
+	BatchArray payloads, caller_keys, message_keys, headers;
+	Datum args[5];
+	bool nulls[5];
+	bool isnull;
+	Datum ids;
+
+	if (!PG_ARGISNULL(0) && !PG_ARGISNULL(1) &&
+		batch_array(fcinfo, 1, payload_types[kind], &payloads) &&
+		batch_array(fcinfo, 2, TEXTOID, &caller_keys) &&
+		batch_array(fcinfo, 3, TEXTOID, &message_keys) &&
+		batch_array(fcinfo, 4, JSONBOID, &headers) &&
+		(!caller_keys.given || caller_keys.n == payloads.n) &&
+		(!message_keys.given || message_keys.n == payloads.n) &&
+		(!headers.given || headers.n == payloads.n))
+	{
+		ArrayType *result;
+
+		begin_reads();
+		result = enqueue_log_batch(PG_GETARG_TEXT_PP(0), kind, &payloads, &caller_keys,
+								   &message_keys, &headers);
+		PopActiveSnapshot();
+		if (result != NULL)
+			PG_RETURN_ARRAYTYPE_P(result);
+	}
+	for (int i = 0; i < 5; i++)
+	{
+		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i);
+	}
+	ids = enqueue_sql_batch(kind, args, nulls, &isnull);
+	if (isnull)
+		PG_RETURN_NULL();
+	return ids;
+}
+
+Datum
+wal_delivery_enqueue_batch_jsonb(PG_FUNCTION_ARGS)
+{
+	return enqueue_batch(fcinfo, PAYLOAD_JSONB);
+}
+
+Datum
+wal_delivery_enqueue_batch_bytea(PG_FUNCTION_ARGS)
+{
+	return enqueue_batch(fcinfo, PAYLOAD_BYTEA);
+}
+
+Datum
+wal_delivery_enqueue_batch_text(PG_FUNCTION_ARGS)
+{
+	return enqueue_batch(fcinfo, PAYLOAD_TEXT);
+}

@@ -1,0 +1,243 @@
+/*
+ * enqueue_lookup.c: enqueue's reads (see enqueue_lookup.h). Relations are found by name
+ * on every call (syscache lookups), so a dropped and recreated extension is found again;
+ * they are locked as a query would (AccessShareLock, kept to the end of the transaction).
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "enqueue_lookup.h"
+
+Oid
+enqueue_relation_oid(const char *name)
+{
+	Oid oid = get_relname_relid(name, get_namespace_oid("wal_delivery", false));
+
+	if (!OidIsValid(oid))
+		elog(ERROR, "wal_delivery.%s does not exist", name);
+	return oid;
+}
+
+static AttrNumber
+column_number(Relation rel, const char *column)
+{
+	AttrNumber attno = get_attnum(RelationGetRelid(rel), column);
+
+	if (attno == InvalidAttrNumber)
+		elog(ERROR, "column %s of %s does not exist", column, RelationGetRelationName(rel));
+	return attno;
+}
+
+/* An equality key on column attno (1-based) of index for a value of type typid. */
+static void
+equality_key(ScanKey key, Relation index, AttrNumber attno, Oid typid, Datum value)
+{
+	RegProcedure eq = typid == INT2OID ? F_INT2EQ : F_TEXTEQ;
+
+	ScanKeyEntryInitialize(key, 0, attno, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[attno - 1], eq, value);
+}
+
+/*
+ * The first row of heap visible in the active snapshot that index finds for keys, into
+ * slot; false when none.
+ */
+static bool
+index_first(Relation heap, Relation index, ScanKey keys, int nkeys, TupleTableSlot *slot)
+{
+	IndexScanDesc scan = index_beginscan(heap, index, GetActiveSnapshot(), nkeys, 0);
+	bool found;
+
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+bool
+enqueue_find_topic(text *name, EnqueueTopic *topic)
+{
+	Relation heap = table_open(enqueue_relation_oid("topics"), AccessShareLock);
+	Relation index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	ScanKeyData key;
+	bool found;
+
+	equality_key(&key, index, 1, TEXTOID, PointerGetDatum(name));
+	found = index_first(heap, index, &key, 1, slot);
+	if (found)
+	{
+		bool isnull;
+
+		topic->max_payload_bytes =
+			DatumGetInt32(slot_getattr(slot, column_number(heap, "max_payload_bytes"), &isnull));
+		slot_getattr(slot, column_number(heap, "processor"), &isnull);
+		topic->has_processor = !isnull;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	return found;
+}
+
+int
+enqueue_current_generation(void)
+{
+	Relation heap = table_open(enqueue_relation_oid("outbox_generations"), AccessShareLock);
+	AttrNumber gen_attno = column_number(heap, "gen");
+	AttrNumber sealed_attno = column_number(heap, "sealed_at");
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	TableScanDesc scan = table_beginscan(heap, GetActiveSnapshot(), 0, NULL);
+	int gen = -1;
+	int current = 0;
+
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool isnull;
+
+		slot_getattr(slot, sealed_attno, &isnull);
+		if (isnull)
+		{
+			gen = DatumGetInt16(slot_getattr(slot, gen_attno, &isnull));
+			current++;
+		}
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(heap, NoLock);
+	return current == 1 ? gen : -1;
+}
+
+/* The unique index of a log generation: its share of outbox_log_topic_idempotency_key. */
+static Oid
+dedupe_index_of(Relation partition)
+{
+	List *indexes = RelationGetIndexList(partition);
+	ListCell *lc;
+	Oid found = InvalidOid;
+
+	foreach (lc, indexes)
+	{
+		Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (index->rd_index->indisunique)
+			found = RelationGetRelid(index);
+		index_close(index, NoLock);
+	}
+	list_free(indexes);
+	if (!OidIsValid(found))
+		elog(ERROR, "%s has no dedupe index", RelationGetRelationName(partition));
+	return found;
+}
+
+/* One relation a key is looked up in, through its unique index on ([gen,] topic, key). */
+typedef struct KeyTarget
+{
+	Relation heap;
+	Relation index;
+	int gen; /* the generation (the index's first column), or -1: the row table */
+	AttrNumber id_attno;
+	IndexScanDesc scan; /* opened on the first key */
+	TupleTableSlot *slot;
+} KeyTarget;
+
+#define KEY_TARGETS 4 /* the row table and the log's three generations */
+
+struct KeyLookup
+{
+	KeyTarget targets[KEY_TARGETS];
+};
+
+static void
+open_target(KeyTarget *target, const char *name, Oid index_oid, int gen)
+{
+	target->heap = table_open(enqueue_relation_oid(name), AccessShareLock);
+	if (!OidIsValid(index_oid))
+		index_oid = dedupe_index_of(target->heap);
+	target->index = index_open(index_oid, AccessShareLock);
+	target->gen = gen;
+	target->id_attno = column_number(target->heap, "id");
+	target->scan = NULL;
+	target->slot = NULL;
+}
+
+KeyLookup *
+enqueue_key_lookup_begin(void)
+{
+	static const char *const generations[] = {"outbox_log_0", "outbox_log_1", "outbox_log_2"};
+	KeyLookup *lookup = palloc(sizeof(KeyLookup));
+
+	open_target(&lookup->targets[0], "outbox_rows",
+				enqueue_relation_oid("outbox_rows_topic_idempotency_key"), -1);
+	for (int gen = 0; gen < (int) lengthof(generations); gen++)
+		open_target(&lookup->targets[gen + 1], generations[gen], InvalidOid, gen);
+	return lookup;
+}
+
+static bool
+probe(KeyTarget *target, text *topic, text *key, int64 *id)
+{
+	ScanKeyData keys[3];
+	int n = 0;
+
+	if (target->gen >= 0)
+	{
+		equality_key(&keys[n], target->index, n + 1, INT2OID, Int16GetDatum((int16) target->gen));
+		n++;
+	}
+	equality_key(&keys[n], target->index, n + 1, TEXTOID, PointerGetDatum(topic));
+	n++;
+	equality_key(&keys[n], target->index, n + 1, TEXTOID, PointerGetDatum(key));
+	n++;
+	if (target->scan == NULL)
+	{
+		target->scan = index_beginscan(target->heap, target->index, GetActiveSnapshot(), n, 0);
+		target->slot = table_slot_create(target->heap, NULL);
+	}
+	index_rescan(target->scan, keys, n, NULL, 0);
+	if (!index_getnext_slot(target->scan, ForwardScanDirection, target->slot))
+		return false;
+	*id = DatumGetInt64(slot_getattr(target->slot, target->id_attno, &(bool){false}));
+	return true;
+}
+
+bool
+enqueue_key_lookup(KeyLookup *lookup, text *topic, text *key, int64 *id)
+{
+	for (int i = 0; i < KEY_TARGETS; i++)
+		if (probe(&lookup->targets[i], topic, key, id))
+			return true;
+	return false;
+}
+
+void
+enqueue_key_lookup_end(KeyLookup *lookup)
+{
+	for (int i = 0; i < KEY_TARGETS; i++)
+	{
+		KeyTarget *target = &lookup->targets[i];
+
+		if (target->scan != NULL)
+		{
+			index_endscan(target->scan);
+			ExecDropSingleTupleTableSlot(target->slot);
+		}
+		index_close(target->index, NoLock);
+		table_close(target->heap, NoLock);
+	}
+	pfree(lookup);
+}
