@@ -5,8 +5,8 @@
  * a plain INSERT of the same row (bench/enqueue; issue 17, goal 5): a PL/pgSQL call per
  * level, a query each for the topic, the generation and the key, and the record's rules
  * checked in PL/pgSQL. Here a record of a topic without a processor costs reads through
- * indexes (enqueue_lookup.c), a check in C (enqueue_check.c) and one kept INSERT plan
- * (enqueue_insert.c).
+ * indexes (enqueue_lookup.c), a check in C (enqueue_check.c) and a heap insert with its
+ * index inserts (log_writer.c).
  *
  * Everything else goes the SQL path, unchanged: wal_delivery.enqueue_payload(_batch), as
  * the SQL door called it. That is a topic with a processor (the row table and its state
@@ -32,8 +32,9 @@
 #include "utils/snapmgr.h"
 
 #include "enqueue_check.h"
-#include "enqueue_insert.h"
+#include "enqueue_sql.h"
 #include "enqueue_lookup.h"
+#include "log_writer.h"
 #include "relay_wakeup.h"
 
 PG_FUNCTION_INFO_V1(wal_delivery_enqueue_jsonb);
@@ -135,6 +136,8 @@ enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller
 	int gen;
 	EnqueueRecord record = {payload, caller_key, caller_key != NULL, message_key, headers};
 	LogRecord row;
+	LogWriter *writer;
+	bool inserted;
 
 	if (!log_topic(topic, &t, &gen))
 		return false;
@@ -142,10 +145,13 @@ enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller
 		record.idempotency_key = generated_key();
 	if (!enqueue_record_surely_valid(&record, t.max_payload_bytes))
 		return false;
-	/* The first enqueue of a key wins; a repeat writes nothing and wakes nobody. */
+	/*
+	 * The first enqueue of a key wins; a repeat wakes nobody. The current generation is
+	 * left to the insert's ON CONFLICT (a repeat of a key it holds costs a killed tuple).
+	 */
 	if (caller_key != NULL)
 	{
-		KeyLookup *lookup = enqueue_key_lookup_begin();
+		KeyLookup *lookup = enqueue_key_lookup_begin(gen);
 		bool seen = enqueue_key_lookup(lookup, topic, caller_key, id);
 
 		enqueue_key_lookup_end(lookup);
@@ -161,9 +167,12 @@ enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller
 	row.content_type = content_type;
 	row.headers = headers;
 	row.payload = payload;
-	if (!enqueue_insert_log_record(gen, &row))
+	writer = log_writer_open(gen);
+	inserted = log_writer_insert(writer, &row);
+	log_writer_close(writer);
+	if (!inserted)
 	{
-		/* A concurrent enqueue of the key committed first (or is invisible: 40001). */
+		/* An earlier or concurrent enqueue of the key (or an invisible one: 40001). */
 		*id = enqueue_repeated_key_id(topic, caller_key);
 		return true;
 	}
@@ -274,73 +283,76 @@ enqueue_log_batch(text *topic, PayloadKind kind, const BatchArray *payloads,
 	EnqueueTopic t;
 	int gen;
 	text *content_type = cstring_to_text(content_types[kind]);
-	Datum *payload_values = palloc(sizeof(Datum) * (n + 1));
-	Datum *key_values = palloc(sizeof(Datum) * (n + 1));
-	Datum *message_key_values = palloc0(sizeof(Datum) * (n + 1));
-	bool *message_key_nulls = palloc(sizeof(bool) * (n + 1));
-	Datum *header_values = palloc0(sizeof(Datum) * (n + 1));
-	bool *header_nulls = palloc(sizeof(bool) * (n + 1));
-	bool *caller = palloc(sizeof(bool) * (n + 1));
+	LogRecord *rows = palloc(sizeof(LogRecord) * (n + 1));
 	int64 *ids = palloc(sizeof(int64) * (n + 1));
-	bool *existing = palloc(sizeof(bool) * (n + 1));
-	bool *inserted = palloc(sizeof(bool) * (n + 1));
+	bool *found = palloc0(sizeof(bool) * (n + 1));
+	bool *inserted = palloc0(sizeof(bool) * (n + 1));
 	KeyLookup *lookup;
 
 	if (!log_topic(topic, &t, &gen))
 		return NULL;
 	for (int i = 0; i < n; i++)
 	{
+		LogRecord *row = &rows[i];
 		EnqueueRecord record;
 
 		if (payloads->nulls[i])
 			return NULL;
-		caller[i] = caller_keys->given && !caller_keys->nulls[i];
-		message_key_nulls[i] = !message_keys->given || message_keys->nulls[i];
-		header_nulls[i] = !headers->given || headers->nulls[i];
-		record.payload = payload_bytes(kind, payloads->values[i]);
-		record.idempotency_key =
-			caller[i] ? DatumGetTextPP(caller_keys->values[i]) : generated_key();
-		record.caller_key = caller[i];
-		record.message_key = message_key_nulls[i] ? NULL : DatumGetTextPP(message_keys->values[i]);
-		record.headers = header_nulls[i] ? NULL : DatumGetJsonbP(headers->values[i]);
+		row->caller_key = caller_keys->given && !caller_keys->nulls[i];
+		row->topic = topic;
+		row->idempotency_key =
+			row->caller_key ? DatumGetTextPP(caller_keys->values[i]) : generated_key();
+		row->message_key = !message_keys->given || message_keys->nulls[i]
+							   ? NULL
+							   : DatumGetTextPP(message_keys->values[i]);
+		row->content_type = content_type;
+		row->headers =
+			!headers->given || headers->nulls[i] ? NULL : DatumGetJsonbP(headers->values[i]);
+		row->payload = payload_bytes(kind, payloads->values[i]);
+		record.payload = row->payload;
+		record.idempotency_key = row->idempotency_key;
+		record.caller_key = row->caller_key;
+		record.message_key = row->message_key;
+		record.headers = row->headers;
 		if (!enqueue_record_surely_valid(&record, t.max_payload_bytes))
 			return NULL;
-		payload_values[i] = PointerGetDatum(record.payload);
-		key_values[i] = PointerGetDatum(record.idempotency_key);
-		if (!message_key_nulls[i])
-			message_key_values[i] = PointerGetDatum(record.message_key);
-		if (!header_nulls[i])
-			header_values[i] = PointerGetDatum(record.headers);
 	}
 
-	/* In input order, a key seen before keeps its record and takes no id. */
-	lookup = enqueue_key_lookup_begin();
-	for (int i = 0; i < n; i++)
+	/*
+	 * In input order, a key seen before keeps its record and takes no id; the writer's
+	 * ON CONFLICT check finds a key in the current generation, this batch's included.
+	 */
+	lookup = enqueue_key_lookup_begin(gen);
+	if (n > 0)
 	{
-		existing[i] =
-			caller[i] && enqueue_key_lookup(lookup, topic, DatumGetTextPP(key_values[i]), &ids[i]);
-		if (!existing[i])
-			ids[i] = next_outbox_id();
+		LogWriter *writer = log_writer_open(gen);
+
+		for (int i = 0; i < n; i++)
+		{
+			found[i] = rows[i].caller_key &&
+					   enqueue_key_lookup(lookup, topic, rows[i].idempotency_key, &ids[i]);
+			if (found[i])
+				continue;
+			rows[i].id = ids[i] = next_outbox_id();
+			inserted[i] = log_writer_insert(writer, &rows[i]);
+		}
+		log_writer_close(writer);
 	}
 	enqueue_key_lookup_end(lookup);
 	lookup = NULL;
-	if (n > 0)
-		enqueue_insert_log_batch(gen, n, ids, existing, caller, topic, key_values,
-								 message_key_values, message_key_nulls, content_type, header_values,
-								 header_nulls, payload_values, inserted);
 
 	/* A caller's key whose insert was skipped: a record of this batch or a concurrent one. */
 	for (int i = 0; i < n; i++)
 	{
-		if (existing[i] || !caller[i] || inserted[i])
+		if (!rows[i].caller_key || found[i] || inserted[i])
 			continue;
 		if (lookup == NULL)
 		{
 			PopActiveSnapshot();
 			begin_reads();
-			lookup = enqueue_key_lookup_begin();
+			lookup = enqueue_key_lookup_begin(-1);
 		}
-		if (!enqueue_key_lookup(lookup, topic, DatumGetTextPP(key_values[i]), &ids[i]))
+		if (!enqueue_key_lookup(lookup, topic, rows[i].idempotency_key, &ids[i]))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("an idempotency key of topic \"%s\" was enqueued by a transaction "

@@ -32,7 +32,11 @@ int enqueue_current_generation(void);
  */
 typedef struct KeyLookup KeyLookup;
 
-KeyLookup *enqueue_key_lookup_begin(void);
+/*
+ * skip_gen: a generation not to look in (-1: none), the one the record goes to, where the
+ * insert's own ON CONFLICT check finds the key (log_writer.c).
+ */
+KeyLookup *enqueue_key_lookup_begin(int skip_gen);
 /* The id of the record of topic with idempotency key key; false when there is none. */
 bool enqueue_key_lookup(KeyLookup *lookup, text *topic, text *key, int64 *id);
 void enqueue_key_lookup_end(KeyLookup *lookup);
