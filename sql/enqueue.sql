@@ -179,3 +179,13 @@ SELECT cardinality(wal_enqueue_batch('plain.events', '{}'::jsonb[], '{}', '{}', 
 -- The backlog view counts unshipped records by topic and state.
 SELECT topic, state, records, oldest_age >= interval '0' AS has_age
   FROM wal_delivery.backlog ORDER BY topic, state;
+
+-- wal_enqueue writes the log with heap and index inserts of its own, which run no
+-- trigger: a log that has grown one is refused with a clear error, not written past it.
+CREATE FUNCTION regress.no_op() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER added_by_hand BEFORE INSERT ON wal_delivery.outbox_log
+    FOR EACH ROW EXECUTE FUNCTION regress.no_op();
+SELECT * FROM regress.try($$SELECT wal_enqueue('plain.events', '{"after": "trigger"}'::jsonb)$$);
+DROP TRIGGER added_by_hand ON wal_delivery.outbox_log;
+DROP FUNCTION regress.no_op();
+SELECT wal_enqueue('plain.events', '{"after": "trigger"}'::jsonb) IS NOT NULL AS written_once_dropped;
