@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define DESTINATION_BUCKETS  256
@@ -109,15 +110,6 @@ struct http_engine
 	destination_state *ready_tail;
 	delivery_request *active_head;
 };
-
-static long long
-monotonic_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long long) now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 /* FNV-1a: destination names are short and few; any even spread will do. */
 static unsigned
@@ -427,7 +419,7 @@ start_transfer(http_engine *engine, delivery_request *r)
 		return rc;
 	}
 
-	r->started_at_ms = monotonic_ms();
+	r->started_at_ms = now_ms();
 	r->prev_active = NULL;
 	r->next_active = engine->active_head;
 	if (engine->active_head)
@@ -446,7 +438,7 @@ static void
 complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result, bool aborted)
 {
 	destination_state *d = r->destination;
-	long long now = monotonic_ms();
+	long long now = now_ms();
 	transfer *t = r->transfer;
 	bool was_in_flight = t != NULL;
 	http_result result = {0};
@@ -760,7 +752,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 	r->verify_tls = request->verify_tls;
 	r->done = done;
 	r->opaque = opaque;
-	r->submitted_at_ms = monotonic_ms();
+	r->submitted_at_ms = now_ms();
 
 	d->max_in_flight = request->max_in_flight;
 	/*
