@@ -1104,7 +1104,14 @@ wal_delivery_relay_main(Datum main_arg)
 		reload_settings_if_asked();
 		wait_ms = ship_once(slot, &pass, &backoff_ms, idle_ms);
 		maintain_when_due(slot, &pass, &next_maintenance);
+		/*
+		 * A relay that cannot ship (no Kafka settings, no extension) is not woken by
+		 * commits: a reload or the idle interval ends its wait. Listening again before
+		 * the next pass: a commit it did not wake is visible to that pass.
+		 */
+		relay_wakeup_listen(slot, kafka_producers_exist() && !pass.extension_missing);
 		wait_for_work(wait_ms);
+		relay_wakeup_listen(slot, true);
 	}
 
 	kafka_producers_destroy(relay_shutdown_flush_ms);

@@ -1,7 +1,10 @@
 /*
  * relay_wakeup.c: wake the relay at commit of a transaction that enqueued (see
  * relay_wakeup.h). One latch set per committed transaction, however many records it
- * enqueued, so enqueue stays cheap.
+ * enqueued, so enqueue stays cheap; none for a relay that is not listening (it cannot
+ * ship: no Kafka settings, no extension), so the commits of a busy database do not wake,
+ * thousands of times a second, a relay that has nothing to do (bench/enqueue: 8 clients
+ * paid 15% of their throughput for those wakeups).
  */
 #include "postgres.h"
 
@@ -21,7 +24,8 @@ typedef struct RelayWakeupShared
 {
 	slock_t mutex; /* protects relay_latches */
 	Latch *relay_latches[MAX_RELAY_WORKERS];
-	pg_atomic_uint64 commit_wakeups; /* committed transactions that woke the relay */
+	pg_atomic_uint32 listening[MAX_RELAY_WORKERS]; /* 1: commits wake this slot's relay */
+	pg_atomic_uint64 commit_wakeups; /* committed transactions that asked to wake the relay */
 } RelayWakeupShared;
 
 static RelayWakeupShared *relay_wakeup = NULL;
@@ -47,6 +51,8 @@ relay_wakeup_init_shmem(void)
 	{
 		SpinLockInit(&relay_wakeup->mutex);
 		memset(relay_wakeup->relay_latches, 0, sizeof(relay_wakeup->relay_latches));
+		for (int i = 0; i < MAX_RELAY_WORKERS; i++)
+			pg_atomic_init_u32(&relay_wakeup->listening[i], 0);
 		pg_atomic_init_u64(&relay_wakeup->commit_wakeups, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -59,21 +65,40 @@ relay_wakeup_register_latch(int slot, Latch *latch)
 	SpinLockAcquire(&relay_wakeup->mutex);
 	relay_wakeup->relay_latches[slot] = latch;
 	SpinLockRelease(&relay_wakeup->mutex);
+	relay_wakeup_listen(slot, latch != NULL);
+}
+
+/*
+ * The full barrier orders the flag before the relay's next snapshot: a commit whose
+ * callback still read 0 is visible to the pass that follows a change to 1.
+ */
+void
+relay_wakeup_listen(int slot, bool listen)
+{
+	Assert(slot >= 0 && slot < MAX_RELAY_WORKERS);
+	(void) pg_atomic_exchange_u32(&relay_wakeup->listening[slot], listen ? 1 : 0);
 }
 
 static void
 wake_relay_workers(void)
 {
 	Latch *latches[MAX_RELAY_WORKERS];
+	bool listening[MAX_RELAY_WORKERS];
+	bool any = false;
+
+	pg_atomic_fetch_add_u64(&relay_wakeup->commit_wakeups, 1);
+	for (int i = 0; i < MAX_RELAY_WORKERS; i++)
+		any |= listening[i] = pg_atomic_read_u32(&relay_wakeup->listening[i]) != 0;
+	if (!any)
+		return;
 
 	SpinLockAcquire(&relay_wakeup->mutex);
 	memcpy(latches, relay_wakeup->relay_latches, sizeof(latches));
 	SpinLockRelease(&relay_wakeup->mutex);
 
 	for (int i = 0; i < MAX_RELAY_WORKERS; i++)
-		if (latches[i] != NULL)
+		if (listening[i] && latches[i] != NULL)
 			SetLatch(latches[i]);
-	pg_atomic_fetch_add_u64(&relay_wakeup->commit_wakeups, 1);
 }
 
 static void

@@ -3,8 +3,9 @@
  *
  * "Wakeup" here means setting the latch of every registered relay worker. A backend
  * marks its transaction when it enqueues; the wakeup happens once, at commit, and never
- * for a transaction that aborts. The shared counter of commit wakeups lets tests and
- * operators see that it happened.
+ * for a transaction that aborts, nor for a relay that is not listening. The shared
+ * counter of commit wakeups (commits that asked for one) lets tests and operators see
+ * that it happened.
  */
 #ifndef RELAY_WAKEUP_H
 #define RELAY_WAKEUP_H
@@ -22,5 +23,8 @@ void relay_wake_at_commit(void);
 
 /* Called by relay workers (see the relay) to receive wakeups at the given slot. */
 void relay_wakeup_register_latch(int slot, Latch *latch);
+
+/* Whether commits wake the relay at the slot: off while it cannot ship anything. */
+void relay_wakeup_listen(int slot, bool listen);
 
 #endif

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from conftest import connect, env_cmd
@@ -134,5 +135,55 @@ def test_drop_database_is_not_held_up_by_the_relay():
             wait_until(lambda: conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'"
             ).fetchone()[0], 30, what="the relay to reconnect")
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
+
+
+def relay_context_switches(conn):
+    """The relay backend's voluntary context switches so far: one each time it goes back to
+    sleep, so what a burst of commits adds is how many times they woke it."""
+    pid = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'").fetchone()[0]
+    status = open(f"/proc/{pid}/status").read()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def switches_during_commits(conn, topic, commits):
+    before = relay_context_switches(conn)
+    for i in range(commits):  # each its own transaction, as an application's commits
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (topic,))
+        time.sleep(0.002)
+    return relay_context_switches(conn) - before
+
+
+def test_commits_wake_a_relay_that_can_ship_and_not_one_that_cannot(unique):
+    """Each commit that enqueued wakes a relay that can ship. A relay without Kafka settings
+    sleeps through them (a reload or its idle interval ends the wait): a busy database's
+    commits cost it nothing, and the relay costs the machine nothing."""
+    env_dir, settings = scratch_env("--no-kafka")
+    topic = f"relay.wake.{unique}"
+    commits = 300
+    try:
+        with scratch_connect(settings) as conn:
+            conn.execute("CREATE EXTENSION wal_delivery")
+            make_topic(conn, topic)
+            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET wal_delivery.kafka_bootstrap_servers = {}")
+                         .format(os.environ["KAFKA_BOOTSTRAP"]))
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            woken = switches_during_commits(conn, topic, commits)
+            assert woken >= commits / 2, f"{commits} commits woke the relay {woken} times"
+            wait_all_stored(conn, topic, commits + 1)
+
+            conn.execute("ALTER SYSTEM SET wal_delivery.kafka_bootstrap_servers = ''")
+            conn.execute("SELECT pg_reload_conf()")
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'"
+                " AND wait_event = 'Extension'").fetchone()[0], 20, what="the relay to wait")
+            time.sleep(1.5)  # past the pass that the reload's wake-up ran
+            woken = switches_during_commits(conn, topic, commits)
+            # The idle interval (1 s) wakes it about once a second, commits or not.
+            assert woken < commits / 10, f"{commits} commits woke a relay without Kafka {woken} times"
+            assert conn.execute("SELECT wal_delivery.relay_wakeups()").fetchone()[0] >= 2 * commits + 1
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
