@@ -35,7 +35,6 @@
 #include "enqueue_sql.h"
 #include "enqueue_lookup.h"
 #include "log_writer.h"
-#include "relay_wakeup.h"
 
 PG_FUNCTION_INFO_V1(wal_delivery_enqueue_jsonb);
 PG_FUNCTION_INFO_V1(wal_delivery_enqueue_bytea);
@@ -176,7 +175,6 @@ enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller
 		*id = enqueue_repeated_key_id(topic, caller_key);
 		return true;
 	}
-	relay_wake_at_commit();
 	*id = row.id;
 	return true;
 }
@@ -362,8 +360,6 @@ enqueue_log_batch(text *topic, PayloadKind kind, const BatchArray *payloads,
 	}
 	if (lookup != NULL)
 		enqueue_key_lookup_end(lookup);
-	if (n > 0)
-		relay_wake_at_commit();
 	return batch_ids(n, ids);
 }
 

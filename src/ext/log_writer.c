@@ -32,6 +32,7 @@
 
 #include "enqueue_lookup.h"
 #include "log_writer.h"
+#include "relay_wakeup.h"
 
 #define LOG_GENERATIONS 3
 #define LOG_LANES       8
@@ -220,6 +221,8 @@ log_writer_insert(LogWriter *w, const LogRecord *r)
 		list_free(ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL));
 	}
 	ResetPerTupleExprContext(w->estate);
+	if (inserted)
+		relay_wake_lane_at_commit(r->id % LOG_LANES);
 	return inserted;
 }
 

@@ -653,7 +653,7 @@ static const char lane_batch_sql[] =
 static bool
 owns_lane(int slot, int lane)
 {
-	return lane % Max(wal_delivery_relay_workers, 1) == slot;
+	return relay_slot_of_lane(lane) == slot;
 }
 
 /* Reads a lane's cursor and its next batch, and produces the batch. */

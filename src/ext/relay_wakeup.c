@@ -17,6 +17,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 
+#include "relay.h"
 #include "relay_wakeup.h"
 #include "wal_delivery.h"
 
@@ -29,7 +30,7 @@ typedef struct RelayWakeupShared
 } RelayWakeupShared;
 
 static RelayWakeupShared *relay_wakeup = NULL;
-static bool wake_at_commit = false;
+static uint32 slots_to_wake_at_commit = 0; /* bit i: wake relay slot i */
 
 PG_FUNCTION_INFO_V1(wal_delivery_wake_relay_at_commit);
 PG_FUNCTION_INFO_V1(wal_delivery_relay_wakeups);
@@ -80,7 +81,7 @@ relay_wakeup_listen(int slot, bool listen)
 }
 
 static void
-wake_relay_workers(void)
+wake_relay_workers(uint32 slots)
 {
 	Latch *latches[MAX_RELAY_WORKERS];
 	bool listening[MAX_RELAY_WORKERS];
@@ -88,7 +89,8 @@ wake_relay_workers(void)
 
 	pg_atomic_fetch_add_u64(&relay_wakeup->commit_wakeups, 1);
 	for (int i = 0; i < MAX_RELAY_WORKERS; i++)
-		any |= listening[i] = pg_atomic_read_u32(&relay_wakeup->listening[i]) != 0;
+		any |= listening[i] = (slots & (1u << i)) != 0 &&
+							  pg_atomic_read_u32(&relay_wakeup->listening[i]) != 0;
 	if (!any)
 		return;
 
@@ -108,13 +110,13 @@ relay_wakeup_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_at_commit && relay_wakeup != NULL)
-				wake_relay_workers();
-			wake_at_commit = false;
+			if (slots_to_wake_at_commit != 0 && relay_wakeup != NULL)
+				wake_relay_workers(slots_to_wake_at_commit);
+			slots_to_wake_at_commit = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			wake_at_commit = false;
+			slots_to_wake_at_commit = 0;
 			break;
 		default:
 			break;
@@ -130,7 +132,20 @@ relay_wakeup_register_xact_callback(void)
 void
 relay_wake_at_commit(void)
 {
-	wake_at_commit = true;
+	slots_to_wake_at_commit = ~0u;
+}
+
+/* Lanes are dealt out to the relay workers by number. */
+int
+relay_slot_of_lane(int lane)
+{
+	return lane % Max(wal_delivery_relay_workers, 1);
+}
+
+void
+relay_wake_lane_at_commit(int lane)
+{
+	slots_to_wake_at_commit |= 1u << relay_slot_of_lane(lane);
 }
 
 /* Called by wal_enqueue: the relay is woken when (and only if) this transaction commits. */

@@ -18,8 +18,17 @@ void relay_wakeup_request_shmem(void);
 void relay_wakeup_init_shmem(void);
 void relay_wakeup_register_xact_callback(void);
 
-/* Marks this transaction: its commit wakes the relay (an abort does not). */
+/* Marks this transaction: its commit wakes every relay (an abort does not). */
 void relay_wake_at_commit(void);
+
+/*
+ * The same for the relay that ships one lane of the log alone: a commit that wrote only
+ * the log's lanes of one relay does not wake the others for an empty pass.
+ */
+void relay_wake_lane_at_commit(int lane);
+
+/* The relay slot that ships a lane of the log. */
+int relay_slot_of_lane(int lane);
 
 /* Called by relay workers (see the relay) to receive wakeups at the given slot. */
 void relay_wakeup_register_latch(int slot, Latch *latch);

@@ -139,36 +139,49 @@ def test_drop_database_is_not_held_up_by_the_relay():
         env_cmd("down", env_dir=env_dir, check=False)
 
 
-def relay_context_switches(conn):
-    """The relay backend's voluntary context switches so far: one each time it goes back to
+def relay_context_switches(conn, slot=0):
+    """A relay backend's voluntary context switches so far: one each time it goes back to
     sleep, so what a burst of commits adds is how many times they woke it."""
-    pid = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'").fetchone()[0]
-    status = open(f"/proc/{pid}/status").read()
-    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'")]
+    # Its process title is its worker name, "wal_delivery relay <slot>".
+    pid = next(p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().rstrip(b"\0 ").endswith(b"relay %d" % slot))
+    with open(f"/proc/{pid}/status") as status:
+        return int(status.read().split("voluntary_ctxt_switches:")[1].split()[0])
 
 
-def switches_during_commits(conn, topic, commits):
-    before = relay_context_switches(conn)
+def switches_during_commits(conn, topic, commits, slot=0, before_each=None):
+    before = relay_context_switches(conn, slot)
     for i in range(commits):  # each its own transaction, as an application's commits
+        if before_each:
+            before_each(i)
         conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (topic,))
         time.sleep(0.002)
-    return relay_context_switches(conn) - before
+    return relay_context_switches(conn, slot) - before
+
+
+def scratch_env_on_this_kafka(*settings_sql):
+    """A Postgres of its own (no broker of its own) whose relay ships to the suite's Kafka."""
+    env_dir, settings = scratch_env("--no-kafka")
+    conn = scratch_connect(settings)
+    conn.execute("CREATE EXTENSION wal_delivery")
+    conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET wal_delivery.kafka_bootstrap_servers = {}")
+                 .format(os.environ["KAFKA_BOOTSTRAP"]))
+    for statement in settings_sql:
+        conn.execute(statement)
+    conn.execute("SELECT pg_reload_conf()")
+    return env_dir, settings, conn
 
 
 def test_commits_wake_a_relay_that_can_ship_and_not_one_that_cannot(unique):
     """Each commit that enqueued wakes a relay that can ship. A relay without Kafka settings
     sleeps through them (a reload or its idle interval ends the wait): a busy database's
     commits cost it nothing, and the relay costs the machine nothing."""
-    env_dir, settings = scratch_env("--no-kafka")
+    env_dir, settings, conn = scratch_env_on_this_kafka()
     topic = f"relay.wake.{unique}"
     commits = 300
     try:
-        with scratch_connect(settings) as conn:
-            conn.execute("CREATE EXTENSION wal_delivery")
+        with conn:
             make_topic(conn, topic)
-            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET wal_delivery.kafka_bootstrap_servers = {}")
-                         .format(os.environ["KAFKA_BOOTSTRAP"]))
-            conn.execute("SELECT pg_reload_conf()")
             conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
             wait_all_stored(conn, topic, 1)
             woken = switches_during_commits(conn, topic, commits)
@@ -185,5 +198,40 @@ def test_commits_wake_a_relay_that_can_ship_and_not_one_that_cannot(unique):
             # The idle interval (1 s) wakes it about once a second, commits or not.
             assert woken < commits / 10, f"{commits} commits woke a relay without Kafka {woken} times"
             assert conn.execute("SELECT wal_delivery.relay_wakeups()").fetchone()[0] >= 2 * commits + 1
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
+
+
+def test_a_commit_wakes_the_relay_of_the_lanes_it_wrote_only(unique):
+    """With two relays, lanes are dealt out by number (lane = id % 8, relay = lane % 2): a
+    commit whose records are all in relay 1's lanes wakes relay 1 and leaves relay 0 asleep,
+    and every record is shipped."""
+    env_dir, settings, conn = scratch_env_on_this_kafka("ALTER SYSTEM SET wal_delivery.relay_workers = 2")
+    topic = f"relay.lanes.{unique}"
+    commits = 200
+    try:
+        conn.close()
+        env_cmd("pg-stop", env_dir=env_dir)  # relay_workers takes a restart
+        env_cmd("pg-start", env_dir=env_dir)
+        with scratch_connect(settings) as conn:
+            wait_until(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity"
+                                            " WHERE backend_type = 'wal_delivery relay'").fetchone()[0] == 2,
+                       30, what="two relays")
+            make_topic(conn, topic)
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            time.sleep(1.5)
+
+            def next_id_odd(i):  # an odd id: lanes 1, 3, 5, 7, all relay 1's
+                conn.execute("SELECT setval('wal_delivery.outbox_ids', 2 * (nextval('wal_delivery.outbox_ids') / 2 + 1))")
+            before0 = relay_context_switches(conn, 0)
+            woken1 = switches_during_commits(conn, topic, commits, slot=1, before_each=next_id_odd)
+            woken0 = relay_context_switches(conn, 0) - before0
+            assert woken1 >= commits / 2, f"{commits} commits woke relay 1 {woken1} times"
+            assert woken0 < commits / 10, f"{commits} commits to relay 1's lanes woke relay 0 {woken0} times"
+            wait_all_stored(conn, topic, commits + 1)
+            lanes = {r[0] for r in conn.execute("SELECT DISTINCT lane FROM wal_delivery.outbox_log"
+                                                " WHERE topic = %s AND idempotency_key <> 'warm-up'", (topic,))}
+            assert lanes and all(lane % 2 == 1 for lane in lanes), lanes
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
