@@ -57,17 +57,20 @@ admin_port_of() {
 }
 
 # demo_teardown: SIGTERM to every tracked process (workers finish what is in flight and
-# exit 0), up to 20 s for them to go, then tests/env down stops Postgres and Kafka and
-# removes the state directory.
+# exit 0), up to 20 s for all of them to go, then tests/env down stops Postgres and Kafka
+# and removes the state directory.
 demo_teardown() {
-  local f pids=()
+  local f pid pids=() alive
   for f in "$WAL_ENV_DIR"/pids/*.pid; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   if [ ${#pids[@]} -gt 0 ]; then
     kill -TERM "${pids[@]}" 2>/dev/null || true
+    # One by one: `kill -0 a b` fails as soon as one of them has gone.
     for _ in $(seq 1 100); do
-      kill -0 "${pids[@]}" 2>/dev/null || break
+      alive=()
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+      [ ${#alive[@]} -eq 0 ] && break
       sleep 0.2
     done
   fi
