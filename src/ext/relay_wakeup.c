@@ -59,14 +59,28 @@ relay_wakeup_init_shmem(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-void
-relay_wakeup_register_latch(int slot, Latch *latch)
+static void
+set_slot_latch(int slot, Latch *latch)
 {
-	Assert(slot >= 0 && slot < MAX_RELAY_WORKERS);
 	SpinLockAcquire(&relay_wakeup->mutex);
 	relay_wakeup->relay_latches[slot] = latch;
 	SpinLockRelease(&relay_wakeup->mutex);
 	relay_wakeup_listen(slot, latch != NULL);
+}
+
+/* A relay that exits (or fails) leaves no latch behind for commits to set. */
+static void
+unregister_latch_at_exit(int code, Datum slot)
+{
+	set_slot_latch(DatumGetInt32(slot), NULL);
+}
+
+void
+relay_wakeup_register_latch(int slot, Latch *latch)
+{
+	Assert(slot >= 0 && slot < MAX_RELAY_WORKERS);
+	set_slot_latch(slot, latch);
+	before_shmem_exit(unregister_latch_at_exit, Int32GetDatum(slot));
 }
 
 /*

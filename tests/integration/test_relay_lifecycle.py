@@ -198,6 +198,12 @@ def test_commits_wake_a_relay_that_can_ship_and_not_one_that_cannot(unique):
             # The idle interval (1 s) wakes it about once a second, commits or not.
             assert woken < commits / 10, f"{commits} commits woke a relay without Kafka {woken} times"
             assert conn.execute("SELECT wal_delivery.relay_wakeups()").fetchone()[0] >= 2 * commits + 1
+
+            # Given its settings again, it ships what waited (the reload wakes it).
+            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET wal_delivery.kafka_bootstrap_servers = {}")
+                         .format(os.environ["KAFKA_BOOTSTRAP"]))
+            conn.execute("SELECT pg_reload_conf()")
+            wait_all_stored(conn, topic, 2 * commits + 1)
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
 
