@@ -28,9 +28,10 @@ typedef struct LogWriter LogWriter;
 LogWriter *log_writer_open(int gen);
 
 /*
- * Inserts record, and wakes its lane's relay at commit; false when a record with the same caller's key is already in the
- * generation, committed or written earlier by this transaction (nothing is written). A
- * concurrent transaction writing the key is waited for, as ON CONFLICT DO NOTHING does.
+ * Inserts record, and wakes its lane's relay at commit; false when a record with the
+ * same caller's key is already in the generation, committed or written earlier by this
+ * transaction (nothing is written). A concurrent transaction writing the key is waited
+ * for, as ON CONFLICT DO NOTHING does.
  */
 bool log_writer_insert(LogWriter *writer, const LogRecord *record);
 

@@ -103,8 +103,11 @@ wake_relay_workers(uint32 slots)
 
 	pg_atomic_fetch_add_u64(&relay_wakeup->commit_wakeups, 1);
 	for (int i = 0; i < MAX_RELAY_WORKERS; i++)
-		any |= listening[i] = (slots & (1u << i)) != 0 &&
-							  pg_atomic_read_u32(&relay_wakeup->listening[i]) != 0;
+	{
+		listening[i] =
+			(slots & (1u << i)) != 0 && pg_atomic_read_u32(&relay_wakeup->listening[i]) != 0;
+		any |= listening[i];
+	}
 	if (!any)
 		return;
 
