@@ -1,9 +1,10 @@
 /*
  * relay_wakeup.h: waking the relay when a transaction that enqueued records commits.
  *
- * "Wakeup" here means setting the latch of every registered relay worker. A backend
- * marks its transaction when it enqueues; the wakeup happens once, at commit, and never
- * for a transaction that aborts, nor for a relay that is not listening. The shared
+ * "Wakeup" here means setting the latch of the relay workers a transaction marked (the
+ * relay of each lane it wrote, or all of them). A backend marks its transaction when it
+ * enqueues; the wakeup happens once, at commit, and never for a transaction that
+ * aborts, nor for a relay that is not listening. The shared
  * counter of commit wakeups (commits that asked for one) lets tests and operators see
  * that it happened.
  */
