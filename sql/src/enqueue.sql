@@ -15,7 +15,8 @@
 -- The rules a record must meet are in check_record, for both wal_enqueue and each record
 -- of wal_enqueue_batch; README.md ("Errors from enqueue") lists them with their SQLSTATEs.
 
--- The role that called wal_enqueue, not the owner its SECURITY DEFINER runs as.
+-- The role that called wal_enqueue (as SET ROLE left it), not the owner that the door's
+-- SQL path and the SECURITY DEFINER functions run as.
 CREATE FUNCTION wal_delivery.invoking_role() RETURNS oid
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'wal_delivery_invoking_role';
 
@@ -282,24 +283,27 @@ END $$;
 -- pg_catalog. They are C (src/ext/enqueue.c): a record of a topic without a processor goes
 -- into the log without a PL/pgSQL call or a query per lookup; everything else (a topic
 -- with a processor, a record that may break a rule) is handed to enqueue_payload above,
--- which raises the rules' errors. search_path stays pinned: their kept plans are then
--- never planned again for a caller's search_path.
+-- which raises the rules' errors. They run as their caller: the C path reads and writes
+-- the extension's relations by oid (no privilege is checked, no name resolved), and only
+-- the SQL path switches to their owner with search_path pinned, as SECURITY DEFINER ...
+-- SET search_path would (src/ext/enqueue_sql.c); the switch on every call cost an
+-- application's transaction 2% (bench/enqueue/instructions).
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload jsonb, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_jsonb';
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload bytea, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_bytea';
 
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload text, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_text';
 
 -- Many records of one topic in one call. The arrays line up by position (the first
@@ -403,17 +407,17 @@ END $$;
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads jsonb[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_jsonb';
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads bytea[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_bytea';
 
 CREATE FUNCTION pg_catalog.wal_enqueue_batch(topic text, payloads text[], idempotency_keys text[] DEFAULT NULL,
                                              keys text[] DEFAULT NULL, headers jsonb[] DEFAULT NULL)
 RETURNS bigint[]
-LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'wal_delivery_enqueue_batch_text';

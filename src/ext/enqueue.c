@@ -14,6 +14,11 @@
  * record that may break a rule, arrays that do not line up. The SQL path raises the same
  * errors with the same SQLSTATEs as before, from one place.
  *
+ * Rights: the door is SECURITY INVOKER. Its C path opens the extension's relations by oid,
+ * which checks no privilege and looks up no name; only the SQL path runs as the door's
+ * owner with search_path pinned (enqueue_sql.c). A writer may still call nothing but the
+ * door: it has no privilege on the extension's tables or other functions.
+ *
  * Visibility: each call reads under a new snapshot after a command counter increment,
  * as the PL/pgSQL statements it replaces did (a record enqueued earlier in the same
  * statement or transaction is found by its key).
@@ -102,10 +107,11 @@ generated_key(void)
 	return cstring_to_text_with_len(s, 36);
 }
 
+/* The door runs as its caller (see enqueue_sql.c): the sequence is the extension's own. */
 static int64
 next_outbox_id(void)
 {
-	return nextval_internal(enqueue_relation_oid("outbox_ids"), true);
+	return nextval_internal(enqueue_relation_oid("outbox_ids"), false);
 }
 
 /* The fresh snapshot each call reads under (see the file comment). */
@@ -128,7 +134,7 @@ log_topic(text *topic, EnqueueTopic *t, int *gen)
 
 /* One record into the log, as enqueue_payload does; false: the SQL path must take it. */
 static bool
-enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller_key,
+enqueue_log_record(Oid door, text *topic, bytea *payload, text *content_type, text *caller_key,
 				   text *message_key, Jsonb *headers, int64 *id)
 {
 	EnqueueTopic t;
@@ -172,7 +178,7 @@ enqueue_log_record(text *topic, bytea *payload, text *content_type, text *caller
 	if (!inserted)
 	{
 		/* An earlier or concurrent enqueue of the key (or an invisible one: 40001). */
-		*id = enqueue_repeated_key_id(topic, caller_key);
+		*id = enqueue_repeated_key_id(door, topic, caller_key);
 		return true;
 	}
 	*id = row.id;
@@ -197,13 +203,14 @@ enqueue_one(FunctionCallInfo fcinfo, PayloadKind kind)
 		bool taken;
 
 		begin_reads();
-		taken = enqueue_log_record(topic, payload, content_type, caller_key, message_key, headers,
-								   &log_id);
+		taken = enqueue_log_record(fcinfo->flinfo->fn_oid, topic, payload, content_type, caller_key,
+								   message_key, headers, &log_id);
 		PopActiveSnapshot();
 		if (taken)
 			PG_RETURN_INT64(log_id);
 	}
-	id = enqueue_sql_one(topic, payload, content_type, caller_key, message_key, headers, &isnull);
+	id = enqueue_sql_one(fcinfo->flinfo->fn_oid, topic, payload, content_type, caller_key,
+						 message_key, headers, &isnull);
 	if (isnull)
 		PG_RETURN_NULL();
 	return id;
@@ -397,7 +404,7 @@ enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
 		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i);
 	}
-	ids = enqueue_sql_batch(kind, args, nulls, &isnull);
+	ids = enqueue_sql_batch(fcinfo->flinfo->fn_oid, kind, args, nulls, &isnull);
 	if (isnull)
 		PG_RETURN_NULL();
 	return ids;

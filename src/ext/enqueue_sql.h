@@ -1,7 +1,8 @@
 /*
  * enqueue_sql.h: the SQL that enqueue calls, as SPI plans prepared once per backend and
  * kept: the SQL path it hands every record it does not take to, and the look-up of a key
- * a concurrent enqueue wrote.
+ * a concurrent enqueue wrote. door is the calling door function (fcinfo->flinfo->fn_oid):
+ * each statement runs as its owner, with search_path pinned (see enqueue_sql.c).
  */
 #ifndef ENQUEUE_SQL_H
 #define ENQUEUE_SQL_H
@@ -12,15 +13,15 @@
 #include "utils/jsonb.h"
 
 /* wal_delivery.repeated_key_id(): the id, or the 40001 error it raises. */
-int64 enqueue_repeated_key_id(text *topic, text *key);
+int64 enqueue_repeated_key_id(Oid door, text *topic, text *key);
 
 /*
  * The SQL path: what wal_enqueue did before C (wal_delivery.enqueue_payload), for every
  * record the C path does not take (a topic with a processor, a record that breaks a
  * rule: the SQL raises the rule's own error).
  */
-Datum enqueue_sql_one(text *topic, bytea *payload, text *content_type, text *idempotency_key,
-					  text *message_key, Jsonb *headers, bool *isnull);
+Datum enqueue_sql_one(Oid door, text *topic, bytea *payload, text *content_type,
+					  text *idempotency_key, text *message_key, Jsonb *headers, bool *isnull);
 
 /* The payload type of a door overload: how its payloads become bytea, and its content type. */
 typedef enum PayloadKind
@@ -31,6 +32,6 @@ typedef enum PayloadKind
 } PayloadKind;
 
 /* The SQL path of wal_enqueue_batch: enqueue_payload_batch on the payloads as given. */
-Datum enqueue_sql_batch(PayloadKind kind, Datum *args, const bool *nulls, bool *isnull);
+Datum enqueue_sql_batch(Oid door, PayloadKind kind, Datum *args, const bool *nulls, bool *isnull);
 
 #endif

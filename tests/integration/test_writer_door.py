@@ -185,3 +185,69 @@ def test_the_largest_record_enqueue_accepts_is_handed_off_to_retry_step_1(tmp_pa
             conn.execute("SET wal_delivery.force_delete = on")
             conn.execute("DELETE FROM wal_delivery.destinations WHERE name = %s", (name,))
             conn.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,))
+
+
+# Functions the door's SQL (enqueue_payload, check_record and what they call) uses
+# unqualified; a writer's search_path that put these in front of pg_catalog would run
+# them, as the door's owner, if that SQL ran under the caller's search_path.
+SHADOWED = ["octet_length(bytea)", "octet_length(text)", "gen_random_uuid()", "nextval(regclass)",
+            "quote_ident(text)", "jsonb_typeof(jsonb)", "lower(text)", "cardinality(anyarray)",
+            "array_ndims(anyarray)", "convert_to(text, name)", "jsonb_each(jsonb)"]
+
+
+def test_a_writers_search_path_cannot_change_what_the_door_runs(writers, unique):
+    """Every way through the door (the C path, a repeated key, the SQL path of a topic with
+    a processor, a record the SQL refuses, a batch) under a search_path that shadows the
+    functions the door's SQL calls: the shadows never run, records land as the writer's."""
+    evil, procs = f"evil_{unique}", f"door_proc_{unique}"
+    log_topic, proc_topic = f"door.log.{unique}", f"door.proc.{unique}"
+    role = writers()
+    with connect() as admin:
+        admin.execute(f"CREATE SCHEMA {evil}")
+        for sig in SHADOWED:
+            name, args = sig.split("(", 1)
+            params = ", ".join(f"a{i} {t.strip()}" for i, t in enumerate(args.rstrip(")").split(",")) if t.strip())
+            returns = "SETOF record" if name == "jsonb_each" else "text"
+            admin.execute(f"CREATE FUNCTION {evil}.{name}({params}) RETURNS {returns} LANGUAGE plpgsql AS"
+                          f" $$BEGIN RAISE EXCEPTION 'hijacked: {sig}'; END$$")
+        admin.execute(f"GRANT USAGE ON SCHEMA {evil} TO {role}")
+        admin.execute(f"CREATE SCHEMA {procs}")
+        admin.execute(f"CREATE FUNCTION {procs}.same(p bytea) RETURNS bytea LANGUAGE sql AS 'SELECT p'")
+        make_topic(admin, log_topic)
+        make_topic(admin, proc_topic, processor_kind="sql", processor=f"{procs}.same")
+    try:
+        with connect(user=role) as app:
+            app.execute(f"SET search_path = {evil}, pg_catalog")
+            one = app.execute("SELECT wal_enqueue(%s, '{\"n\": 1}'::jsonb, 'k1')", (log_topic,)).fetchone()[0]
+            assert app.execute("SELECT wal_enqueue(%s, '{\"n\": 2}'::jsonb, 'k1')", (log_topic,)).fetchone()[0] == one
+            generated = app.execute("SELECT wal_enqueue(%s, 'text body')", (log_topic,)).fetchone()[0]
+            processed = app.execute("SELECT wal_enqueue(%s, '\\x01'::bytea, 'p1', 'mk')", (proc_topic,)).fetchone()[0]
+            assert app.execute("SELECT wal_enqueue(%s, '\\x02'::bytea, 'p1')", (proc_topic,)).fetchone()[0] \
+                == processed
+            batch = app.execute("SELECT wal_enqueue_batch(%s, ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY['b1', 'k1'])",
+                                (log_topic,)).fetchone()[0]
+            assert batch[1] == one
+            proc_batch = app.execute("SELECT wal_enqueue_batch(%s, ARRAY['a', 'b'], ARRAY['p2', NULL])",
+                                     (proc_topic,)).fetchone()[0]
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+                app.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'bad', headers => '{\"outbox-id\": \"1\"}')",
+                            (log_topic,))
+            assert "hijacked" not in str(refused.value)
+            with pytest.raises(psycopg.errors.UndefinedObject):
+                app.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (f"door.none.{unique}",))
+            # The door left the session as it found it.
+            assert app.execute("SELECT current_user, current_setting('search_path')").fetchone() \
+                == (role, f"{evil}, pg_catalog")
+        with connect() as admin:
+            rows = admin.execute(
+                "SELECT id, topic, idempotency_key, enqueued_by::regrole::text FROM wal_delivery.outbox"
+                " WHERE topic IN (%s, %s) ORDER BY id", (log_topic, proc_topic)).fetchall()
+            ids = {r[0] for r in rows}
+            assert ids == {one, generated, processed, batch[0], *proc_batch}, rows
+            assert {r[3] for r in rows} == {role}
+            assert {"p1", "p2"} <= {r[2] for r in rows if r[1] == proc_topic}
+    finally:
+        with connect() as admin:
+            admin.execute("SET wal_delivery.force_delete = on")
+            admin.execute("DELETE FROM wal_delivery.topics WHERE name IN (%s, %s)", (log_topic, proc_topic))
+            admin.execute(f"DROP SCHEMA {evil}, {procs} CASCADE")
