@@ -189,3 +189,49 @@ SELECT * FROM regress.try($$SELECT wal_enqueue('plain.events', '{"after": "trigg
 DROP TRIGGER added_by_hand ON wal_delivery.outbox_log;
 DROP FUNCTION regress.no_op();
 SELECT wal_enqueue('plain.events', '{"after": "trigger"}'::jsonb) IS NOT NULL AS written_once_dropped;
+
+-- Enqueue keeps the topics and the current generation per backend (enqueue_cache.c): the
+-- session's next call sees its own change, and forgets one rolled back (the other
+-- sessions' view: tests/integration/test_enqueue_cache.py).
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas, max_payload_bytes)
+VALUES ('cache.events', 1, 1, 100);
+SELECT wal_enqueue('cache.events', repeat('x', 50)::text) IS NOT NULL AS under_the_limit;
+UPDATE wal_delivery.topics SET max_payload_bytes = 10 WHERE name = 'cache.events';
+SELECT sqlstate AS lowered_limit FROM regress.try($$SELECT wal_enqueue('cache.events', repeat('x', 50)::text)$$);
+CREATE FUNCTION regress.same(p bytea) RETURNS bytea LANGUAGE sql AS 'SELECT p';
+UPDATE wal_delivery.topics SET max_payload_bytes = 100, processor_kind = 'sql', processor = 'regress.same'
+ WHERE name = 'cache.events';
+SELECT wal_enqueue('cache.events', 'to be processed'::text, 'cache-p') AS p \gset
+SELECT count(*) AS in_the_row_table FROM wal_delivery.outbox_rows WHERE id = :p;
+BEGIN;
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas) VALUES ('cache.rolled_back', 1, 1);
+SELECT wal_enqueue('cache.rolled_back', '{}'::jsonb) IS NOT NULL AS in_its_transaction;
+ROLLBACK;
+SELECT sqlstate AS after_rollback FROM regress.try($$SELECT wal_enqueue('cache.rolled_back', '{}'::jsonb)$$);
+BEGIN;
+SAVEPOINT s;
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas) VALUES ('cache.rolled_back', 1, 1);
+SELECT wal_enqueue('cache.rolled_back', '{}'::jsonb) IS NOT NULL AS in_its_savepoint;
+ROLLBACK TO s;
+SELECT sqlstate AS after_rollback_to_savepoint FROM regress.try($$SELECT wal_enqueue('cache.rolled_back', '{}'::jsonb)$$);
+COMMIT;
+SET wal_delivery.force_delete = on;
+DELETE FROM wal_delivery.topics WHERE name = 'cache.events';
+RESET wal_delivery.force_delete;
+SELECT sqlstate AS deleted_topic FROM regress.try($$SELECT wal_enqueue('cache.events', '{}'::jsonb)$$);
+DROP FUNCTION regress.same(bytea);
+-- The generation: a rotation in the transaction moves its next record, a rollback back.
+SELECT gen AS old_gen FROM wal_delivery.outbox_generations WHERE sealed_at IS NULL \gset
+SELECT wal_enqueue('plain.events', '{}'::jsonb) AS g \gset
+SELECT gen = :old_gen AS in_the_current_generation FROM wal_delivery.outbox_log WHERE id = :g;
+BEGIN;
+UPDATE wal_delivery.outbox_generations SET sealed_at = now() WHERE gen = :old_gen;
+UPDATE wal_delivery.outbox_generations SET sealed_at = NULL WHERE gen = (:old_gen + 1) % 3;
+SELECT wal_enqueue('plain.events', '{}'::jsonb) AS g \gset
+SELECT gen = (:old_gen + 1) % 3 AS in_the_next_generation FROM wal_delivery.outbox_log WHERE id = :g;
+ROLLBACK;
+SELECT wal_enqueue('plain.events', '{}'::jsonb) AS g \gset
+SELECT gen = :old_gen AS back_after_rollback FROM wal_delivery.outbox_log WHERE id = :g;
+-- (The rolled-back record left a page in the next generation, which rotation would take
+-- for records; retention.sql rotates.)
+SELECT format('TRUNCATE wal_delivery.outbox_log_%s', (:old_gen + 1) % 3) \gexec

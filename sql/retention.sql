@@ -55,4 +55,14 @@ SELECT idempotency_key, state FROM wal_delivery.outbox WHERE idempotency_key IN 
 SELECT regress.ack_log();
 SELECT wal_delivery.rotate_outbox_log() AS truncated;
 SELECT idempotency_key, state FROM wal_delivery.outbox WHERE idempotency_key IN ('g1', 'g2') ORDER BY 1;
+-- The truncated generation has no page, and enqueue does not look in it: a key of its
+-- records is new again. A generation that was empty and took records since is looked in.
+SELECT wal_enqueue('ret.long', 'after the truncation'::text, 'g1') AS g1_again \gset
+SELECT :g1_again <> :g1 AS truncated_key_is_new;
+UPDATE wal_delivery.outbox_generations SET started_at = now() - interval '31 days' WHERE sealed_at IS NULL;
+SELECT wal_delivery.rotate_outbox_log() AS sealed_again;
+SELECT wal_enqueue('ret.long', 'a repeat'::text, 'g1') = :g1_again AS repeat_finds_the_sealed_one_again,
+       wal_enqueue('ret.long', 'a repeat'::text, 'g2') = :g2 AS and_the_other_key;
+SELECT wal_enqueue_batch('ret.long', ARRAY['x', 'y']::text[], ARRAY['g2', 'g1']) = ARRAY[:g2, :g1_again]::bigint[]
+       AS batch_repeats_find_them;
 DELETE FROM wal_delivery.outbox;

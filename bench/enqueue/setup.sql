@@ -3,6 +3,14 @@ CREATE EXTENSION wal_delivery;
 INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas, partitions)
 VALUES ('bench.events', 1, 1, 1);
 
+-- The log as it is in steady state: one generation current, one sealed that still holds
+-- the last idempotency window's keys (every enqueue of a caller's key looks in it), one
+-- truncated and empty. A fresh install has two empty ones, which enqueue does not look in.
+SELECT count(wal_enqueue('bench.events', jsonb_build_object('n', i), 'window-' || i))
+  FROM generate_series(1, 10000) i;
+UPDATE wal_delivery.outbox_generations SET sealed_at = now() WHERE gen = 0;
+UPDATE wal_delivery.outbox_generations SET started_at = now(), sealed_at = NULL WHERE gen = 1;
+
 -- The application's own table, written in the same transaction as the record.
 CREATE TABLE orders (
     id bigserial PRIMARY KEY,

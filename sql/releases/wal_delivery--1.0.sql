@@ -1313,6 +1313,16 @@ CREATE TRIGGER refuse_delete_with_undelivered BEFORE DELETE ON wal_delivery.dest
 -- The rules a record must meet are in check_record, for both wal_enqueue and each record
 -- of wal_enqueue_batch; README.md ("Errors from enqueue") lists them with their SQLSTATEs.
 
+-- Enqueue keeps the topics and the current generation per backend (src/ext/enqueue_cache.c);
+-- a change to either table makes every backend forget them, as a catalog change would:
+-- each transaction's enqueues see what had committed when it started, and its own changes.
+CREATE FUNCTION wal_delivery.forget_enqueue_cache() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_forget_enqueue_cache';
+CREATE TRIGGER forget_enqueue_cache AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wal_delivery.topics
+    FOR EACH STATEMENT EXECUTE FUNCTION wal_delivery.forget_enqueue_cache();
+CREATE TRIGGER forget_enqueue_cache AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wal_delivery.outbox_generations
+    FOR EACH STATEMENT EXECUTE FUNCTION wal_delivery.forget_enqueue_cache();
+
 -- The role that called wal_enqueue (as SET ROLE left it), not the owner that the door's
 -- SQL path and the SECURITY DEFINER functions run as.
 CREATE FUNCTION wal_delivery.invoking_role() RETURNS oid

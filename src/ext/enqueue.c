@@ -36,6 +36,7 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
+#include "enqueue_cache.h"
 #include "enqueue_check.h"
 #include "enqueue_sql.h"
 #include "enqueue_lookup.h"
@@ -126,9 +127,9 @@ begin_reads(void)
 static bool
 log_topic(text *topic, EnqueueTopic *t, int *gen)
 {
-	if (!enqueue_find_topic(topic, t) || t->has_processor)
+	if (!enqueue_cached_topic(topic, t) || t->has_processor)
 		return false;
-	*gen = enqueue_current_generation();
+	*gen = enqueue_cached_generation();
 	return *gen >= 0;
 }
 

@@ -16,6 +16,7 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
+#include "storage/bufmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -224,15 +225,29 @@ struct KeyLookup
 	KeyTarget targets[KEY_TARGETS];
 };
 
+/*
+ * Opens a relation to look keys up in; a log generation without a page is left closed.
+ * It holds no key, visible or not, and a key a transaction writes into it from now on is
+ * invisible to the snapshot the lookup reads under (taken before this). That skips the
+ * generation truncated and waiting for its turn: one of the three probes in steady
+ * state, two on a fresh install.
+ */
 static void
 open_target(KeyTarget *target, const char *name, Oid index_oid, int gen)
 {
-	target->heap = table_open(enqueue_relation_oid(name), AccessShareLock);
+	Relation heap = table_open(enqueue_relation_oid(name), AccessShareLock);
+
+	if (gen >= 0 && RelationGetNumberOfBlocks(heap) == 0)
+	{
+		table_close(heap, NoLock);
+		return;
+	}
+	target->heap = heap;
 	if (!OidIsValid(index_oid))
-		index_oid = dedupe_index_of(target->heap);
+		index_oid = dedupe_index_of(heap);
 	target->index = index_open(index_oid, AccessShareLock);
 	target->gen = gen;
-	target->id_attno = column_number(target->heap, "id");
+	target->id_attno = column_number(heap, "id");
 	target->scan = NULL;
 	target->slot = NULL;
 }
