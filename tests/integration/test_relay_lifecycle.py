@@ -5,6 +5,7 @@ import os
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 import psycopg.sql
@@ -144,7 +145,7 @@ def relay_context_switches(conn, slot=0):
     sleep, so what a burst of commits adds is how many times they woke it."""
     pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'")]
     # Its process title is its worker name, "wal_delivery relay <slot>".
-    pid = next(p for p in pids if open(f"/proc/{p}/cmdline", "rb").read().rstrip(b"\0 ").endswith(b"relay %d" % slot))
+    pid = next(p for p in pids if Path(f"/proc/{p}/cmdline").read_bytes().rstrip(b"\0 ").endswith(b"relay %d" % slot))
     with open(f"/proc/{pid}/status") as status:
         return int(status.read().split("voluntary_ctxt_switches:")[1].split()[0])
 
