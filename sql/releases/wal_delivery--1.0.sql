@@ -1315,7 +1315,7 @@ CREATE TRIGGER refuse_delete_with_undelivered BEFORE DELETE ON wal_delivery.dest
 
 -- Enqueue keeps the topics and the current generation per backend (src/ext/enqueue_cache.c);
 -- a change to either table makes every backend forget them, as a catalog change would:
--- each transaction's enqueues see what had committed when it started, and its own changes.
+-- each enqueue sees what had committed when it began, and its own transaction's changes.
 CREATE FUNCTION wal_delivery.forget_enqueue_cache() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_forget_enqueue_cache';
 CREATE TRIGGER forget_enqueue_cache AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wal_delivery.topics

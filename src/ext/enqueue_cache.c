@@ -10,8 +10,10 @@
  * How it stays right: both tables have a statement trigger (forget_enqueue_cache) that
  * sends a relcache invalidation of the table, which Postgres delivers to every backend
  * after the change commits, and to the changing backend at once (and again if it rolls
- * back). Each backend processes what it was sent when a transaction starts and when it
- * takes a lock, and forgets the cache then. A miss reads the latest committed rows, not
+ * back). Each look-up first takes what the backend was sent (a read of a shared flag when
+ * nothing was), so a call sees every change committed before it began, as a query that
+ * read the tables would; a transaction's snapshot does not hold a cached row back, nor
+ * does a lock it already holds. A miss reads the latest committed rows, not
  * the caller's snapshot (an old repeatable-read snapshot could otherwise fill the cache
  * with rows older than an invalidation already processed), and keeps what it read only
  * if no invalidation arrived while it read.
@@ -104,6 +106,7 @@ enqueue_cached_topic(text *name, EnqueueTopic *topic)
 	bool found;
 
 	register_callback();
+	AcceptInvalidationMessages();
 	if (cacheable && topics != NULL && (entry = hash_search(topics, key, HASH_FIND, NULL)) != NULL)
 	{
 		*topic = entry->topic;
@@ -138,6 +141,7 @@ enqueue_cached_generation(void)
 	int gen;
 
 	register_callback();
+	AcceptInvalidationMessages();
 	if (generation != -2)
 		return generation;
 	seen = invalidations;

@@ -3,10 +3,10 @@
  * log generation), kept per backend until a change to wal_delivery.topics or
  * wal_delivery.outbox_generations invalidates it, as Postgres keeps its catalogs.
  *
- * What it means for a change: an enqueue sees the latest committed state of those tables
- * as of the start of its transaction (and its own transaction's changes), as it sees
- * catalogs; a change that commits while a transaction runs may be seen only by the next
- * one. See enqueue_cache.c for why.
+ * What it means for a change: each enqueue sees the state of those tables committed when
+ * it began, and its own transaction's changes, as a catalog lookup would; not the state
+ * in its transaction's snapshot, which for a repeatable-read transaction can be older.
+ * See enqueue_cache.c for why.
  */
 #ifndef ENQUEUE_CACHE_H
 #define ENQUEUE_CACHE_H

@@ -47,6 +47,17 @@ def test_the_next_transaction_enqueues_by_a_topic_change_another_session_committ
             enqueue(app, topic, 10)
 
 
+def test_a_change_committed_during_a_transaction_applies_to_its_next_enqueue(topic):
+    """The transaction already holds every lock enqueue takes, so no lock brings the
+    change's invalidation in: enqueue takes it itself before it looks."""
+    with connect() as app, connect() as admin:
+        with app.transaction():
+            enqueue(app, topic, 500)
+            admin.execute("UPDATE wal_delivery.topics SET max_payload_bytes = 100 WHERE name = %s", (topic,))
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded):
+                enqueue(app, topic, 500)
+
+
 def test_a_repeatable_read_snapshot_older_than_a_change_does_not_stay_cached(topic):
     """The first read of a topic in a repeatable-read transaction whose snapshot predates a
     change: kept in the cache, the old row would outlive the transaction."""
