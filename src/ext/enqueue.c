@@ -4,9 +4,10 @@
  * Why C: the PL/pgSQL door cost an application's transaction 0.64-0.87x the throughput of
  * a plain INSERT of the same row (bench/enqueue; issue 17, goal 5): a PL/pgSQL call per
  * level, a query each for the topic, the generation and the key, and the record's rules
- * checked in PL/pgSQL. Here a record of a topic without a processor costs reads through
- * indexes (enqueue_lookup.c), a check in C (enqueue_check.c) and a heap insert with its
- * index inserts (log_writer.c).
+ * checked in PL/pgSQL. Here a record of a topic without a processor costs the topic and
+ * generation from a per-backend cache (enqueue_cache.c), a key's reads through indexes
+ * (enqueue_lookup.c), a check in C (enqueue_check.c) and a heap insert with its index
+ * inserts (log_writer.c).
  *
  * Everything else goes the SQL path, unchanged: wal_delivery.enqueue_payload(_batch), as
  * the SQL door called it. That is a topic with a processor (the row table and its state
