@@ -137,7 +137,10 @@ create_producer(const char *bootstrap, const char *properties, int delivery_time
 
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
 	if (rk == NULL)
-		return NULL; /* rd_kafka_new destroyed conf */
+	{
+		rd_kafka_conf_destroy(conf); /* rd_kafka_new frees it only on success */
+		return NULL;
+	}
 	rd_kafka_set_log_queue(rk, NULL);
 	return rk;
 }

@@ -217,6 +217,8 @@ ensure_admin_client(char *errbuf, size_t errbuf_size)
 		return false;
 	}
 	admin = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+	if (admin == NULL)
+		rd_kafka_conf_destroy(conf); /* rd_kafka_new frees it only on success */
 	return admin != NULL;
 }
 

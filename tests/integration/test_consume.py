@@ -5,15 +5,16 @@ offset is committed; kill -9 loses nothing; dedicated consumers serve only their
 destination; config changes arrive by NOTIFY; a worker started while the database is
 down takes its config from a peer."""
 import json
+import os
+import re
 import signal
-import subprocess
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from conftest import Destination, connect, record_key
+from conftest import Destination, connect, env_cmd, record_key
 from consumer_helpers import (Worker, add_destination, standard_webhooks_signature, wait_group_caught_up,
                               wait_published)
 from relay_helpers import duplicates, make_topic, read_topic, report, wait_all_stored, wait_until
@@ -601,19 +602,23 @@ def test_copies_queued_before_a_pause_never_reach_the_paused_destination(tmp_pat
         d.stop()
 
 
-def test_a_fatal_kafka_error_ends_the_worker_for_its_supervisor_and_loses_nothing(tmp_path, workers,
-                                                                                 kafka_bootstrap, unique):
+def test_a_fatal_kafka_error_replaces_the_handoff_producer_and_loses_nothing(tmp_path, workers,
+                                                                            kafka_bootstrap, unique):
     """A fatal error of the hand-off producer (librdkafka refuses every produce from then
-    on; injected with rd_kafka_test_fatal_error through the test-only hook
-    WAL_TEST_FATAL_FILE) while 503s are in flight: the worker stops and exits 70, for its
-    supervisor to start it again, instead of staying up unable to hand anything off. It
-    committed none of those records, so the next worker hands every copy to step 1."""
+    on; librdkafka 2.0 raises one after a broker restart, which is how a chaos run's retry
+    worker died; injected here with rd_kafka_test_fatal_error through the test-only hook
+    WAL_TEST_FATAL_FILE) while five hand-offs wait for a stopped broker: the worker stays
+    up, replaces the producer, and the new one hands every copy to step 1 once the broker
+    is back. Once more with nothing in flight, so a replacement can be replaced too."""
     topic = f"c.fatal.{unique}"
     trigger = tmp_path / "fatal"
     ok, flaky = Destination(tmp_path), Destination(tmp_path)
-    flaky.behave(status=503, delay_ms=3000)
+    flaky.behave(status=503, delay_ms=6000)
     flaky_name = f"flaky-{unique}"
     keys = [f"z{i}" for i in range(5)]
+    later = [f"y{i}" for i in range(5)]
+    brokers = range(1, int(os.environ.get("KAFKA_BROKERS", "1")) + 1)
+    stopped = False
     try:
         with connect() as conn:
             make_topic(conn, topic)
@@ -625,33 +630,61 @@ def test_a_fatal_kafka_error_ends_the_worker_for_its_supervisor_and_loses_nothin
             flaky_partition = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
                                            " WHERE name = %s", (flaky_name,)).fetchone()[0]
         w = workers(env={"WAL_TEST_FATAL_FILE": str(trigger)})
-        flaky.wait_for(5)  # each answered 503 three seconds from now
+        flaky.wait_for(5)  # each answered 503 six seconds from now
+        stopped = True
+        for n in brokers:
+            env_cmd("kafka-stop", str(n))
+        wait_until(lambda: w.metric("wal_in_flight", destination=flaky_name) == 0
+                   and (w.metric("wal_handoffs_pending") or 0) >= 5, 60,
+                   what="five hand-offs waiting for the stopped broker")
         trigger.touch()
-        try:
-            status = w.proc.wait(45)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the worker stayed up after its producer's fatal error") from None
-        log = w.output()
-        assert status == 70, log[-2000:]
-        assert "event=test_fatal_error_injected" in log and "event=kafka_fatal_error" in log
+        wait_until(lambda: (w.metric("wal_handoff_producer_replaced_total") or 0) >= 1, 30,
+                   what="the hand-off producer replaced")
         assert not trigger.exists()
+        replaced = re.findall(r"event=handoff_producer_replaced \S+ pending=(\d+)", w.output())
+        assert replaced and int(replaced[0]) >= 5, w.output()[-3000:]
+        for n in brokers:
+            env_cmd("kafka-start", str(n))
+        stopped = False
+        wait_until(lambda: handed_to_step_1(kafka_bootstrap, flaky_partition, flaky_name) >= set(keys),
+                   90, what="every copy handed to step 1 by the new producer")
+        wait_until(lambda: w.metric("wal_handoffs_pending") == 0, 30, what="no hand-off pending")
 
-        flaky.behave(status=503)
-        workers()
-        c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t-" + uuid.uuid4().hex,
-                      "enable.auto.commit": False})
-        c.assign([TopicPartition("wal_delivery.retry.1", flaky_partition, 0)])
-        mine, deadline = set(), time.time() + 60
-        try:
-            while mine != set(keys) and time.time() < deadline:
-                m = c.poll(0.5)
-                if m is not None and not m.error() and \
-                        dict(m.headers() or []).get("destination") == flaky_name.encode():
-                    mine.add(m.key().decode())
-        finally:
-            c.close()
-        assert mine == set(keys), f"copies handed to step 1: {sorted(mine)}"
-        assert {record_key(r) for r in ok.requests()} == set(keys)
+        trigger.touch()  # the replacement fails too, with nothing in flight
+        wait_until(lambda: (w.metric("wal_handoff_producer_replaced_total") or 0) >= 2, 30,
+                   what="the replacement replaced")
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue_batch(%s, %s::text[], %s)", (topic, later, later))
+        wait_until(lambda: handed_to_step_1(kafka_bootstrap, flaky_partition, flaky_name)
+                   >= set(keys + later), 60, what="later copies handed off by the third producer")
+
+        assert w.proc.poll() is None, "the worker exited: " + w.output()[-2000:]
+        log = w.output()
+        assert log.count("event=test_fatal_error_injected") == 2
+        assert log.count("event=kafka_fatal_error") == 2
+        wait_until(lambda: {record_key(r) for r in ok.requests()} == set(keys + later), 30,
+                   what="every record delivered to the healthy destination")
     finally:
+        if stopped:
+            for n in brokers:
+                env_cmd("kafka-start", str(n), check=False)
         ok.stop()
         flaky.stop()
+
+
+def handed_to_step_1(kafka_bootstrap, partition, destination):
+    """The keys of the copies of destination in step 1's partition."""
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t-" + uuid.uuid4().hex,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("wal_delivery.retry.1", partition, 0)])
+    mine, idle = set(), 0
+    try:
+        while idle < 4:
+            m = c.poll(0.5)
+            if m is None:
+                idle += 1
+            elif not m.error() and dict(m.headers() or []).get("destination") == destination.encode():
+                mine.add(m.key().decode())
+    finally:
+        c.close()
+    return mine

@@ -3,8 +3,8 @@
  *
  * Off unless the environment variable WAL_TEST_FATAL_FILE names a file: then, each time
  * that file appears, the process removes it and injects a fatal error into its idempotent
- * producer (rd_kafka_test_fatal_error): the ingest service's (which replaces it) or the
- * hand-off producer of consume and retry (which ends the worker for its supervisor).
+ * producer (rd_kafka_test_fatal_error): the ingest service's or the hand-off producer of
+ * consume and retry, each of which replaces itself.
  * Production never sets the variable.
  */
 #ifndef WAL_FATAL_ERROR_HOOK_H

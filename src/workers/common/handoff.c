@@ -5,6 +5,11 @@
  * being reported done, so a copy is never lost to a broker hiccup; the caller's offset
  * stays uncommitted meanwhile. A write Kafka refuses as too large would be refused
  * forever: it goes to the DLQ by reference instead (see refer_to_dlq).
+ *
+ * A fatal error of the idempotent producer (librdkafka refuses every produce from then
+ * on; librdkafka 2.0 raises one after a broker restart, a sequence desynchronization it
+ * fixed in 2.3) replaces the producer: every write it had not acknowledged is sent again
+ * through the new one, so the worker rides out broker restarts (see replace_producer).
  */
 #include "handoff.h"
 
@@ -19,7 +24,9 @@
 #include "log.h"
 #include "metrics.h"
 
-#define RESEND_PAUSE_MS 1000
+#define RESEND_PAUSE_MS  1000
+#define REPLACE_RETRY_MS 1000 /* after a new producer could not be made */
+#define PURGE_WAIT_MS    5000 /* for the purged producer's last delivery reports */
 
 /* One write in flight, with everything needed to send it again. */
 typedef struct pending_write
@@ -40,11 +47,16 @@ typedef struct pending_write
 struct handoff_producer
 {
 	rd_kafka_t *rk;
+	rd_kafka_conf_t *template; /* what each replacement is made from */
+	bool failed;               /* rk had a fatal error: replace it */
+	int64_t replace_at_ms;
 	handoff_done_fn done;
 	void *arg;
 	int pending;
 	pending_write *to_resend;
 	metric *too_large;
+	metric *replaced;
+	metric *pending_gauge; /* every producer of the process adds its own */
 };
 
 /*
@@ -336,11 +348,65 @@ on_delivery(rd_kafka_t *rk __attribute__((unused)), const rd_kafka_message_t *rk
 		rd_kafka_message_status(rkm) == RD_KAFKA_MSG_STATUS_PERSISTED)
 	{
 		p->pending--;
+		metric_add(p->pending_gauge, -1, NULL);
 		p->done(w->opaque, p->arg);
 		free_write(w);
 		return;
 	}
 	send_again(p, w, rkm->err, "handoff_not_acknowledged");
+}
+
+/* Served by rd_kafka_poll on the caller's thread: the replacement waits for handoff_poll. */
+static void
+on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	handoff_producer *p = opaque;
+	char why[512];
+
+	if (err != RD_KAFKA_RESP_ERR__FATAL)
+	{
+		kafka_log_error(rk, err, reason);
+		return;
+	}
+	log_error("event=kafka_fatal_error client=%s code=%s error=\"%s\" msg=\"the hand-off producer "
+			  "is replaced; writes it did not acknowledge are sent again\"",
+			  rd_kafka_name(rk), rd_kafka_err2name(rd_kafka_fatal_error(rk, why, sizeof(why))),
+			  why);
+	p->failed = true;
+}
+
+/*
+ * A new producer first, then the failed one's writes: purged (queued and in flight), their
+ * delivery reports, served by the old producer, put each write Kafka had not stored in
+ * the resend queue (one it stored but could not confirm is sent again: a duplicate
+ * hand-off rather than a lost one). The purged producer is destroyed after.
+ */
+static void
+replace_producer(handoff_producer *p)
+{
+	char errbuf[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_dup(p->template);
+	rd_kafka_t *fresh = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
+	rd_kafka_t *old = p->rk;
+	int64_t give_up = now_ms() + PURGE_WAIT_MS;
+
+	if (fresh == NULL) /* conf is still ours: rd_kafka_new frees it only on success */
+	{
+		rd_kafka_conf_destroy(conf);
+		log_error("event=handoff_producer_not_replaced error=\"%s\" msg=\"trying again in %d ms\"",
+				  errbuf, REPLACE_RETRY_MS);
+		p->replace_at_ms = now_ms() + REPLACE_RETRY_MS;
+		return;
+	}
+	p->rk = fresh;
+	p->failed = false;
+	rd_kafka_purge(old, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	while (rd_kafka_outq_len(old) > 0 && now_ms() < give_up)
+		rd_kafka_poll(old, 100);
+	rd_kafka_destroy(old);
+	metric_add(p->replaced, 1, NULL);
+	log_info("event=handoff_producer_replaced client=%s pending=%d", rd_kafka_name(fresh),
+			 p->pending);
 }
 
 handoff_producer *
@@ -368,11 +434,23 @@ handoff_producer_new(const worker_options *opts, const control_plane_config *con
 								  "Hand-offs Kafka refused as too large, sent to the DLQ by "
 								  "reference with the payload omitted",
 								  0, NULL);
+	p->replaced = metric_counter("wal_handoff_producer_replaced_total",
+								 "Hand-off producers replaced after a fatal Kafka error; their "
+								 "unacknowledged writes were sent again",
+								 0, NULL);
+	p->pending_gauge = metric_gauge("wal_handoffs_pending",
+									"Hand-offs to a retry step or the DLQ that Kafka has not "
+									"acknowledged yet (their records' offsets wait)",
+									0, NULL);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_opaque(conf, p);
+	p->template = rd_kafka_conf_dup(conf);
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
 	if (p->rk == NULL)
 	{
+		rd_kafka_conf_destroy(conf);
+		rd_kafka_conf_destroy(p->template);
 		free(p);
 		return NULL;
 	}
@@ -441,6 +519,7 @@ handoff_send(handoff_producer *p, const control_plane_config *config,
 	}
 	add_header(w->headers, "last-error", error);
 	p->pending++;
+	metric_add(p->pending_gauge, 1, NULL);
 	produce(p, w);
 }
 
@@ -452,6 +531,8 @@ handoff_poll(handoff_producer *p)
 
 	rd_kafka_poll(p->rk, 0);
 	fatal_error_hook_poll(p->rk);
+	if (p->failed && now >= p->replace_at_ms)
+		replace_producer(p);
 	while (*wp)
 	{
 		pending_write *w = *wp;
@@ -478,6 +559,9 @@ handoff_producer_free(handoff_producer *p)
 {
 	rd_kafka_flush(p->rk, 5000);
 	rd_kafka_destroy(p->rk);
+	rd_kafka_conf_destroy(p->template);
+	/* Writes given up here: their records' offsets were not committed, so they come again. */
+	metric_add(p->pending_gauge, -p->pending, NULL);
 	while (p->to_resend)
 	{
 		pending_write *w = p->to_resend;

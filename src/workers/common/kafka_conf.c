@@ -28,12 +28,13 @@ log_kafka_message(const rd_kafka_t *rk, int level, const char *facility, const c
 
 /*
  * Errors librdkafka reports beside a request: one clear event when no broker answers. A
- * fatal error leaves the client unable to do anything more (every produce fails from then
- * on), so the worker stops for its supervisor to start it afresh instead of staying up
- * idle; records it had not finished are not committed and come again.
+ * fatal error leaves the client unable to do anything more: for a consumer (a static
+ * member fenced by another with its group.instance.id) the worker stops for its
+ * supervisor to start it afresh instead of staying up idle; records it had not finished
+ * are not committed and come again. The hand-off producer replaces itself instead.
  */
 static void
-log_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+stop_on_fatal_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	(void) opaque;
 	if (err == RD_KAFKA_RESP_ERR__FATAL)
@@ -47,7 +48,14 @@ log_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 				  rd_kafka_name(rk), rd_kafka_err2name(cause), why, STOP_STATUS_FATAL);
 		stop_with_failure(STOP_STATUS_FATAL);
 	}
-	else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+	else
+		kafka_log_error(rk, err, reason);
+}
+
+void
+kafka_log_error(rd_kafka_t *rk, int err, const char *reason)
+{
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		log_warn("event=kafka_unreachable client=%s error=\"%s\" msg=\"no broker answers; records "
 				 "wait and every write is tried again\"",
 				 rd_kafka_name(rk), reason);
@@ -76,7 +84,7 @@ kafka_conf_build(const kafka_default *defaults, int n_defaults, const char *boot
 	bool have_bootstrap = bootstrap_from_config != NULL && bootstrap_from_config[0] != '\0';
 
 	rd_kafka_conf_set_log_cb(conf, log_kafka_message);
-	rd_kafka_conf_set_error_cb(conf, log_kafka_error);
+	rd_kafka_conf_set_error_cb(conf, stop_on_fatal_error);
 
 	/*
 	 * A fetch returns a message larger than fetch.max.bytes whole (KIP-74), and the

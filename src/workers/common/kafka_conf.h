@@ -36,6 +36,13 @@ rd_kafka_conf_t *kafka_conf_build(const kafka_default *defaults, int n_defaults,
 								  char *errbuf, size_t errbuf_size);
 
 /*
+ * The one event for a non-fatal client error. kafka_conf_build's error callback logs
+ * with it and stops the worker (exit 70) on a fatal error; a client that replaces
+ * itself after one sets its own callback and calls this for the rest.
+ */
+void kafka_log_error(rd_kafka_t *rk, int err, const char *reason);
+
+/*
  * Takes the assigned partitions (logged) and resumes them: librdkafka may keep a partition
  * paused from an earlier assignment, so every assignment starts unpaused.
  */

@@ -189,7 +189,9 @@ make_producer(const worker_options *opts, const char *bootstrap, bool idempotent
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
-	return rk; /* rd_kafka_new destroyed conf on failure */
+	if (rk == NULL)
+		rd_kafka_conf_destroy(conf); /* rd_kafka_new frees it only on success */
+	return rk;
 }
 
 static void
