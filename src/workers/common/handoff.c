@@ -372,7 +372,8 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 			  "is replaced; writes it did not acknowledge are sent again\"",
 			  rd_kafka_name(rk), rd_kafka_err2name(rd_kafka_fatal_error(rk, why, sizeof(why))),
 			  why);
-	p->failed = true;
+	if (rk == p->rk) /* not a late report of the producer being replaced */
+		p->failed = true;
 }
 
 /*
