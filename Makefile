@@ -7,7 +7,8 @@
 
 EXTENSION  = wal_delivery
 MODULE_big = wal_delivery
-OBJS       = $(patsubst %.c,%.o,$(wildcard src/ext/*.c))
+# src/shared: code built into both the extension and wal-worker (the record contract).
+OBJS       = $(patsubst %.c,%.o,$(wildcard src/ext/*.c src/shared/*.c))
 # The install script of default_version is built from sql/src (see "the install script"
 # below); released versions' frozen install scripts and the update scripts between
 # versions are installed as they are. CONTRIBUTING.md has the rules.
@@ -22,7 +23,7 @@ REGRESS_OPTS = --load-extension=wal_delivery
 # -Wextra, less the two checks every fmgr function (unused fcinfo) and every PG-style
 # partial initialiser trips.
 PG_CFLAGS  = -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
-PG_CPPFLAGS = -Isrc/ext -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
+PG_CPPFLAGS = -Isrc/ext -Isrc -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
 SHLIB_LINK = -lrdkafka -lcurl -lz
 
 PG_CONFIG ?= pg_config
@@ -30,7 +31,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS tracks no header dependencies; rebuild the extension when any of its headers change.
-$(OBJS): $(wildcard src/ext/*.h)
+$(OBJS): $(wildcard src/ext/*.h src/shared/*.h)
 # library_version() returns default_version.
 src/ext/wal_delivery.o: $(EXTENSION).control
 
@@ -67,9 +68,9 @@ freeze-release: $(INSTALL_SQL)
 	cp $(INSTALL_SQL) $(RELEASED_SQL)
 
 # ---------------------------------------------------------------- the workers
-WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/*/*.c)
-WORKER_OBJS  = $(patsubst src/workers/%.c,build/workers/%.o,$(WORKER_SRCS))
-WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers \
+WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/*/*.c) $(wildcard src/shared/*.c)
+WORKER_OBJS  = $(patsubst src/%.c,build/%.o,$(WORKER_SRCS))
+WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers -Isrc \
 	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
 WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lcrypto -lpthread -lm
 
@@ -77,7 +78,7 @@ all: bin/wal-worker
 
 # COPT: extra compiler flags, as PGXS takes them for the extension (pg_buildext passes
 # Debian's hardening flags in it).
-build/workers/%.o: src/workers/%.c
+build/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WORKER_CFLAGS) $(COPT) -c -o $@ $<
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "utf8.h"
+#include "shared/utf8.h"
 
 #define LOG_LINE_MAX 4096
 /* A longer value is cut, marked "...(N bytes)", so a line keeps all its fields. */

@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "common/log.h"
-#include "common/utf8.h"
+#include "shared/utf8.h"
 
 char *
 utf8_or_escaped(const char *bytes, size_t len)
