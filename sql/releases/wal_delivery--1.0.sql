@@ -1328,17 +1328,14 @@ CREATE TRIGGER forget_enqueue_cache AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
 CREATE FUNCTION wal_delivery.invoking_role() RETURNS oid
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'wal_delivery_invoking_role';
 
+-- The rules of a record (allowed bytes, sizes, reserved header names) have one
+-- implementation, src/shared/record_contract.c, which the ingest service, the relay and
+-- the workers' hand-offs use too; these functions are SQL's view of it.
+
 -- The header names the relay and the workers' hand-offs write themselves, so a record
--- may not bring them (a destination or a worker would take the record's value for
--- theirs). It must match is_reserved_header in src/ext/kafka_producer.c, which drops
--- them from rows written before this check; tests/integration/test_writer_door.py
--- compares the two lists.
+-- may not bring them (a destination or a worker would take the record's value for theirs).
 CREATE FUNCTION wal_delivery.reserved_header_names() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['idempotency-key', 'outbox-id', 'source-topic', 'content-type', 'created-at',
-                 'source-partition', 'source-offset', 'destination', 'attempt', 'step-entered-at',
-                 'step-jitter-ms', 'not-before', 'last-error', 'dead-reason', 'payload-omitted']
-$$;
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_reserved_header_names';
 
 -- The record limit of a topic. Every copy of a record must fit under Kafka's message limit:
 -- librdkafka's message.max.bytes (1000000 by default) or more, and at least the topic's
@@ -1347,9 +1344,7 @@ $$;
 -- twice), so 16384 bytes of that limit stay free for them: a record accepted here can always
 -- be handed off, instead of wedging its partition.
 CREATE FUNCTION wal_delivery.record_limit(max_payload_bytes integer) RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT least(max_payload_bytes, greatest(max_payload_bytes, 1000000) - 16384)
-$$;
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_record_limit';
 
 -- Raises the error for a topic that enqueue cannot use: NULL, empty or unknown.
 CREATE FUNCTION wal_delivery.refuse_topic(p_topic text) RETURNS void
@@ -1364,111 +1359,18 @@ BEGIN
               HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
 END $$;
 
--- Where the first control character (a byte below 0x20, or 0x7f) of s is, as
--- 'U+000A at character 5'; NULL when s has none. Such characters cannot travel in an HTTP
--- header (a line break would end it) nor in a webhook-id a destination can verify.
-CREATE FUNCTION wal_delivery.control_character(s text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN s ~ '[\x01-\x1f\x7f]' THEN
-        format('U+%s at character %s',
-               upper(lpad(to_hex(ascii(substr(s, regexp_instr(s, '[\x01-\x1f\x7f]'), 1))), 4, '0')),
-               regexp_instr(s, '[\x01-\x1f\x7f]'))
-    END
-$$;
-
--- Refuses a record that breaks a rule, with the SQLSTATE README.md gives for it; returns
--- nothing. p_position is the record's place in a batch (1 = first), NULL for wal_enqueue.
--- p_idempotency_key is the key the record will have (a generated one for NULL).
+-- Refuses a record that breaks a rule of the contract, with the SQLSTATE README.md gives
+-- for it; returns nothing. p_position is the record's place in a batch (1 = first), NULL for
+-- wal_enqueue. p_idempotency_key is the key the record will have (a generated one for NULL).
 CREATE FUNCTION wal_delivery.check_record(
     p_topic text, p_max_payload_bytes integer, p_position integer, p_payload bytea,
     p_idempotency_key text, p_key text, p_headers jsonb)
 RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    what text := CASE WHEN p_position IS NOT NULL THEN format('record %s of the batch: ', p_position) ELSE '' END;
-    bad text;
-    h record;
-    n_headers integer := 0;
-    header_bytes integer := 0;
-    size bigint;
-    v_limit integer := wal_delivery.record_limit(p_max_payload_bytes);
-BEGIN
-    IF p_payload IS NULL THEN
-        RAISE EXCEPTION '%payload must not be NULL (topic "%")', what, p_topic
-            USING ERRCODE = 'null_value_not_allowed', HINT = 'Enqueue an empty JSON object or empty bytes if the record has no body.';
-    END IF;
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'wal_delivery_check_record';
 
-    IF p_idempotency_key = '' THEN
-        RAISE EXCEPTION '%idempotency key must not be empty', what
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for a generated key, or a short stable identifier such as "order-42-created".';
-    END IF;
-    IF octet_length(p_idempotency_key) > 200 THEN
-        RAISE EXCEPTION '%idempotency key must be at most 200 bytes, got %', what, octet_length(p_idempotency_key)
-            USING ERRCODE = 'string_data_right_truncation',
-                  HINT = 'Destinations see a record as "<topic>:<key>" (Idempotency-Key, webhook-id), which must stay under 512 bytes to be signed; use a short stable identifier such as "order-42-created", or a hash of a longer one.';
-    END IF;
-    bad := wal_delivery.control_character(p_idempotency_key);
-    IF bad IS NOT NULL THEN
-        RAISE EXCEPTION '%idempotency key must not hold control characters, found %', what, bad
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'The key travels in the Idempotency-Key and webhook-id headers, where tabs and line breaks cannot; use printable characters.';
-    END IF;
-
-    IF p_key = '' THEN
-        RAISE EXCEPTION '%message key must not be empty', what
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Pass NULL for no key (records spread over the partitions), or an identifier such as the order id to keep its records in order.';
-    END IF;
-    IF octet_length(p_key) > 1024 THEN
-        RAISE EXCEPTION '%message key must be at most 1024 bytes, got %', what, octet_length(p_key)
-            USING ERRCODE = 'string_data_right_truncation', HINT = 'The key only chooses the Kafka partition; a short identifier is enough.';
-    END IF;
-
-    IF p_headers IS NOT NULL THEN
-        IF jsonb_typeof(p_headers) <> 'object' THEN
-            RAISE EXCEPTION '%headers must be a JSON object of strings, got %', what, left(p_headers::text, 200)
-                USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"trace-id": "abc"}; put numbers in quotes.';
-        END IF;
-        FOR h IN SELECT e.key AS name, e.value, e.value #>> '{}' AS text FROM jsonb_each(p_headers) e LOOP
-            n_headers := n_headers + 1;
-            IF h.name !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR octet_length(h.name) > 256 THEN
-                RAISE EXCEPTION '%header name % is not an HTTP token', what, to_jsonb(left(h.name, 100))
-                    USING ERRCODE = 'invalid_parameter_value',
-                          HINT = 'A header name is 1 to 256 ASCII letters, digits or !#$%&''*+-.^_`|~ (an HTTP token), for example "trace-id".';
-            END IF;
-            IF lower(h.name) = ANY (wal_delivery.reserved_header_names()) THEN
-                RAISE EXCEPTION '%header "%" is reserved: the relay and the workers write it', what, h.name
-                    USING ERRCODE = 'invalid_parameter_value',
-                          HINT = format('Rename it, for example "x-app-%s". Reserved in any case: %s.', lower(h.name),
-                                        array_to_string(wal_delivery.reserved_header_names(), ', '));
-            END IF;
-            IF jsonb_typeof(h.value) <> 'string' THEN
-                RAISE EXCEPTION '%header "%" must be a string, got %', what, h.name, left(h.value::text, 200)
-                    USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"trace-id": "abc"}; put numbers in quotes.';
-            END IF;
-            bad := wal_delivery.control_character(h.text);
-            IF bad IS NOT NULL THEN
-                RAISE EXCEPTION '%header "%" must not hold control characters, found %', what, h.name, bad
-                    USING ERRCODE = 'invalid_parameter_value',
-                          HINT = 'A line break would end the header; encode such a value (base64, percent-encoding) or leave it out.';
-            END IF;
-            header_bytes := header_bytes + octet_length(h.name) + octet_length(h.text);
-        END LOOP;
-        IF n_headers > 64 THEN
-            RAISE EXCEPTION '%headers must be at most 64, got %', what, n_headers
-                USING ERRCODE = 'program_limit_exceeded', HINT = 'Put what does not fit in the payload.';
-        END IF;
-    END IF;
-
-    size := octet_length(p_payload)::bigint + octet_length(p_idempotency_key) + coalesce(octet_length(p_key), 0) + header_bytes;
-    IF size > v_limit THEN
-        RAISE EXCEPTION '%record of % bytes is over the limit of topic "%" (% bytes): payload %, idempotency key %, message key %, headers %',
-                        what, size, p_topic, v_limit, octet_length(p_payload), octet_length(p_idempotency_key),
-                        coalesce(octet_length(p_key), 0), header_bytes
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Send a smaller payload (for example a reference to the data). The limit is the topic''s max_payload_bytes, less 16384 bytes kept for the workers'' hand-off headers when that is above 983616; raise max_payload_bytes only together with Kafka''s message limits.';
-    END IF;
-END $$;
+-- Refuses a content type the contract does not take (the ingest service's door).
+CREATE FUNCTION wal_delivery.check_content_type(p_content_type text) RETURNS void
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'wal_delivery_check_content_type';
 
 -- Refuses an array argument of wal_enqueue_batch with more than one dimension: its
 -- elements would otherwise be flattened, or silently read as NULL.
@@ -1815,17 +1717,14 @@ $$;
 
 -- The ingest service's door to the outbox: wal_enqueue_batch with the content type the
 -- HTTP request gave, so a record reads the same whichever path it took. The same checks
--- as every wal_enqueue*; the content type must fit in a Kafka header and an HTTP one.
+-- as every wal_enqueue*, and the contract's rule for the content type.
 CREATE FUNCTION wal_delivery.ingest_enqueue_batch(
     p_topic text, p_content_type text, p_payloads bytea[],
     p_idempotency_keys text[], p_keys text[], p_headers jsonb[])
 RETURNS bigint[]
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_content_type IS NULL OR p_content_type !~ '^[\x20-\x7e]{1,255}$' THEN
-        RAISE EXCEPTION 'content type must be 1 to 255 printable ASCII characters'
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'For example application/json.';
-    END IF;
+    PERFORM wal_delivery.check_content_type(p_content_type);
     RETURN wal_delivery.enqueue_payload_batch(p_topic, p_payloads, p_content_type,
                                               p_idempotency_keys, p_keys, p_headers);
 END $$;

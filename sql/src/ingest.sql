@@ -81,17 +81,14 @@ $$;
 
 -- The ingest service's door to the outbox: wal_enqueue_batch with the content type the
 -- HTTP request gave, so a record reads the same whichever path it took. The same checks
--- as every wal_enqueue*; the content type must fit in a Kafka header and an HTTP one.
+-- as every wal_enqueue*, and the contract's rule for the content type.
 CREATE FUNCTION wal_delivery.ingest_enqueue_batch(
     p_topic text, p_content_type text, p_payloads bytea[],
     p_idempotency_keys text[], p_keys text[], p_headers jsonb[])
 RETURNS bigint[]
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_content_type IS NULL OR p_content_type !~ '^[\x20-\x7e]{1,255}$' THEN
-        RAISE EXCEPTION 'content type must be 1 to 255 printable ASCII characters'
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'For example application/json.';
-    END IF;
+    PERFORM wal_delivery.check_content_type(p_content_type);
     RETURN wal_delivery.enqueue_payload_batch(p_topic, p_payloads, p_content_type,
                                               p_idempotency_keys, p_keys, p_headers);
 END $$;

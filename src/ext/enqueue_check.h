@@ -1,9 +1,9 @@
 /*
- * enqueue_check.h: whether a record surely meets the rules of wal_delivery.check_record.
+ * enqueue_check.h: the SQL door's use of the record contract (src/shared/record_contract.h).
  *
- * The rules and their errors stay in SQL (check_record, README.md "Errors from enqueue").
- * C only answers "valid for sure"; on "no" the caller takes the SQL path, which raises the
- * rule's error (or accepts the record, if this check was stricter than the rule).
+ * The rules live in the contract alone. This file turns what wal_enqueue* hold (bytea,
+ * text, jsonb) into the contract's byte strings, answers the fast path's "is it valid",
+ * and raises the contract's error, with its SQLSTATE, for wal_delivery.check_record.
  */
 #ifndef ENQUEUE_CHECK_H
 #define ENQUEUE_CHECK_H
@@ -21,6 +21,7 @@ typedef struct EnqueueRecord
 	Jsonb *headers;        /* NULL: none */
 } EnqueueRecord;
 
+/* True when the record meets every rule; on false, check_record raises the rule's error. */
 bool enqueue_record_surely_valid(const EnqueueRecord *record, int32 max_payload_bytes);
 
 #endif

@@ -15,6 +15,7 @@
 #include "utils/timestamp.h"
 
 #include "kafka_producer.h"
+#include "shared/record_contract.h"
 
 static rd_kafka_t *producer_all = NULL;
 static rd_kafka_t *producer_leader = NULL;
@@ -184,26 +185,10 @@ kafka_producers_destroy(int flush_timeout_ms)
 }
 
 /*
- * The names the relay and the workers' hand-offs write themselves. wal_enqueue refuses
- * them in a record's headers; a row that has one anyway (written before that check) must
- * still never stand in for the real value, so it is dropped here. The list must match
- * wal_delivery.reserved_header_names() in sql/src/enqueue.sql (test_writer_door.py).
+ * Adds the record's own headers (a JSON object of strings) to hdrs, after the relay's.
+ * enqueue refuses reserved names (the record contract); a row that has one anyway (written
+ * before that check) must still never stand in for the real value, so it is dropped here.
  */
-bool
-is_reserved_header(const char *name)
-{
-	static const char *const reserved[] = {
-		"idempotency-key",  "outbox-id",     "source-topic", "content-type", "created-at",
-		"source-partition", "source-offset", "destination",  "attempt",      "step-entered-at",
-		"step-jitter-ms",   "not-before",    "last-error",   "dead-reason",  "payload-omitted"};
-
-	for (size_t i = 0; i < lengthof(reserved); i++)
-		if (pg_strcasecmp(name, reserved[i]) == 0)
-			return true;
-	return false;
-}
-
-/* Adds the record's own headers (a JSON object of strings) to hdrs, after the relay's. */
 static void
 add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
 {
@@ -211,7 +196,8 @@ add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
 	JsonbIterator *it;
 	JsonbValue v;
 	JsonbIteratorToken tok;
-	char *name = NULL;
+	const char *name = NULL;
+	int name_len = 0;
 
 	if (headers_json == NULL)
 		return;
@@ -220,10 +206,10 @@ add_json_headers(rd_kafka_headers_t *hdrs, const char *headers_json)
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		if (tok == WJB_KEY)
-			name = pnstrdup(v.val.string.val, v.val.string.len);
+			name = v.val.string.val, name_len = v.val.string.len;
 		else if (tok == WJB_VALUE && name != NULL && v.type == jbvString &&
-				 !is_reserved_header(name))
-			rd_kafka_header_add(hdrs, name, -1, v.val.string.val, v.val.string.len);
+				 !record_header_is_reserved(name, (size_t) name_len))
+			rd_kafka_header_add(hdrs, name, name_len, v.val.string.val, v.val.string.len);
 	}
 }
 

@@ -64,7 +64,4 @@ bool kafka_producers_failed(char *errbuf, size_t errbuf_size);
 /* True when a broker answered a metadata request within timeout_ms. */
 bool kafka_reachable(int timeout_ms);
 
-/* A header name the relay or the workers write themselves (any case). */
-bool is_reserved_header(const char *name);
-
 #endif

@@ -122,6 +122,27 @@ character_number(const char *s, size_t at)
 	return n;
 }
 
+/* A control character as JSON writes it: \n and its kind, else \u00XX. */
+static size_t
+json_control_escape(char *out, size_t out_size, unsigned char c)
+{
+	switch (c)
+	{
+		case '\b':
+			return (size_t) snprintf(out, out_size, "\\b");
+		case '\t':
+			return (size_t) snprintf(out, out_size, "\\t");
+		case '\n':
+			return (size_t) snprintf(out, out_size, "\\n");
+		case '\f':
+			return (size_t) snprintf(out, out_size, "\\f");
+		case '\r':
+			return (size_t) snprintf(out, out_size, "\\r");
+		default:
+			return (size_t) snprintf(out, out_size, "\\u%04x", c);
+	}
+}
+
 void
 record_quote(char *out, size_t out_size, const char *s, size_t len, size_t max_chars)
 {
@@ -154,7 +175,7 @@ record_quote(char *out, size_t out_size, const char *s, size_t len, size_t max_c
 		if (step == 0)
 			piece_len = (size_t) snprintf(piece, sizeof(piece), "\\x%02X", u[i]), step = 1;
 		else if (u[i] < 0x20 || u[i] == 0x7f)
-			piece_len = (size_t) snprintf(piece, sizeof(piece), "\\u%04X", u[i]);
+			piece_len = json_control_escape(piece, sizeof(piece), u[i]);
 		else if (u[i] == '"' || u[i] == '\\')
 			piece[0] = '\\', piece[1] = (char) u[i], piece_len = 2;
 		else

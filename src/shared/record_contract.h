@@ -89,7 +89,7 @@ long record_control_at(const char *s, size_t len);
 
 /*
  * Writes s as a double-quoted string that is safe in any message: valid UTF-8, with
- * control characters as \u00XX and bytes that are not UTF-8 as \xXX, cut after
+ * control characters escaped as JSON does and bytes that are not UTF-8 as \xXX, cut after
  * max_chars characters (never inside one) with "..." appended. out is always
  * terminated; the result is cut further to fit out_size.
  */

@@ -45,9 +45,8 @@ def writers(unique):
 
 
 def c_reserved_headers():
-    source = (ROOT / "src" / "ext" / "kafka_producer.c").read_text()
-    body = re.search(r"is_reserved_header\(const char \*name\)\s*\{.*?reserved\[\]\s*=\s*\{(.*?)\};",
-                     source, re.S).group(1)
+    source = (ROOT / "src" / "shared" / "record_contract.c").read_text()
+    body = re.search(r"record_reserved_headers\[\]\s*=\s*\{(.*?)\};", source, re.S).group(1)
     return re.findall(r'"([^"]+)"', body)
 
 
@@ -56,7 +55,7 @@ def headers_written_by(path, call):
     return set(re.findall(re.escape(call) + r'\([^,]+,\s*"([^"]+)"', source))
 
 
-def test_the_reserved_header_names_of_sql_and_of_the_relay_match():
+def test_sql_reads_the_reserved_header_names_of_the_contract_and_they_cover_every_written_header():
     with connect() as conn:
         ensure_extension()
         sql = conn.execute("SELECT wal_delivery.reserved_header_names()").fetchone()[0]

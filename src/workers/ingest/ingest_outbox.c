@@ -186,7 +186,8 @@ headers_json(const ingest_record *r)
 		return NULL;
 	o = json_object();
 	for (int i = 0; i < r->n_headers; i++)
-		json_object_set_new(o, r->header_names[i], json_string(r->header_values[i]));
+		json_object_set_new(o, r->header_names[i],
+							json_stringn(r->header_values[i], r->header_value_lens[i]));
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return text;

@@ -24,33 +24,36 @@ must_strndup(const char *s, size_t n)
 	return copy;
 }
 
-typedef struct header_walk
-{
-	ingest_record *record;
-	int status;
-	char why[300];
-} header_walk;
-
 static enum MHD_Result
-take_header(void *arg, enum MHD_ValueKind kind, const char *name, const char *value)
+take_header(void *arg, enum MHD_ValueKind kind, const char *name, size_t name_len,
+			const char *value, size_t value_len)
 {
-	header_walk *walk = arg;
+	ingest_record *r = arg;
 
 	(void) kind;
-	if (strncasecmp(name, HEADER_PREFIX, HEADER_PREFIX_LEN) != 0)
+	if (name_len < HEADER_PREFIX_LEN || strncasecmp(name, HEADER_PREFIX, HEADER_PREFIX_LEN) != 0)
 		return MHD_YES;
-	if (!ingest_record_add_header(walk->record, name + HEADER_PREFIX_LEN,
-								  strlen(name) - HEADER_PREFIX_LEN, value ? value : "",
-								  value ? strlen(value) : 0, &walk->status, walk->why,
-								  sizeof(walk->why)))
-		return MHD_NO; /* stops the walk */
+	ingest_record_add_header(r, name + HEADER_PREFIX_LEN, name_len - HEADER_PREFIX_LEN,
+							 value ? value : "", value ? value_len : 0);
 	return MHD_YES;
 }
 
-static const char *
-header(ingest_request *req, const char *name)
+/* A request header with its length; false when the request has none. */
+static bool
+header(ingest_request *req, const char *name, const char **value, size_t *len)
 {
-	return MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, name);
+	return MHD_lookup_connection_value_n(req->connection, MHD_HEADER_KIND, name, strlen(name),
+										 value, len) == MHD_YES &&
+		   *value != NULL;
+}
+
+/* The answer to a record the contract refused; prefix says where (a batch's line). */
+static void
+refuse_record(ingest_request *req, const char *prefix, const record_problem *p)
+{
+	ingest_request_fail_field(req, p->http_status,
+							  p->http_status == 413 ? "too_large" : "bad_record", p->field, "%s%s",
+							  prefix, p->message);
 }
 
 /* Fills the record's topic and routing from the request's topic. */
@@ -66,29 +69,28 @@ bool
 ingest_parse_single(ingest_request *req)
 {
 	ingest_record *r = ingest_record_new();
-	header_walk walk = {.record = r};
-	const char *content_type = header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
-	const char *ikey = header(req, "Idempotency-Key");
-	const char *key = header(req, "X-Wal-Key");
+	record_problem problem;
+	const char *value;
+	size_t len;
 
 	set_topic(r, req->topic);
 	r->payload = req->body ? req->body : must_strndup("", 0);
 	r->payload_len = req->body_len;
 	req->body = NULL; /* the record owns it now */
-	r->content_type = must_strndup(content_type ? content_type : "application/octet-stream",
-								   content_type ? strlen(content_type) : 24);
-	if (ikey)
-		r->idempotency_key = must_strndup(ikey, strlen(ikey));
+	if (header(req, MHD_HTTP_HEADER_CONTENT_TYPE, &value, &len))
+		ingest_record_set_content_type(r, value, len);
+	else
+		ingest_record_set_content_type(r, "application/octet-stream", 24);
+	if (header(req, "Idempotency-Key", &value, &len))
+		ingest_record_set_key(r, value, len);
 	else
 		ingest_record_generate_key(r);
-	if (key)
-		r->message_key = must_strndup(key, strlen(key));
-	MHD_get_connection_values(req->connection, MHD_HEADER_KIND, take_header, &walk);
-	if (walk.status != 0 ||
-		!ingest_record_check(r, req->topic->record_limit, &walk.status, walk.why, sizeof(walk.why)))
+	if (header(req, "X-Wal-Key", &value, &len))
+		ingest_record_set_message_key(r, value, len);
+	MHD_get_connection_values_n(req->connection, MHD_HEADER_KIND, take_header, r);
+	if (!ingest_record_check(r, req->topic->record_limit, &problem))
 	{
-		ingest_request_fail(req, walk.status, walk.status == 413 ? "too_large" : "bad_record", "%s",
-							walk.why);
+		refuse_record(req, "", &problem);
 		ingest_record_release(r);
 		return false;
 	}
@@ -134,10 +136,20 @@ base64_decode(const char *in, size_t len, char *out)
 	return n;
 }
 
-/* One NDJSON line into a record; false with the status and why. */
+/* Sets a line's shape error (not the contract's: how the line itself is written). */
 static bool
-parse_line(ingest_request *req, json_t *line, ingest_record *r, int *status, char *why,
-		   size_t why_size)
+bad_line(record_problem *p, const char *field, const char *message)
+{
+	memset(p, 0, sizeof(*p));
+	p->http_status = 400;
+	p->field = field;
+	snprintf(p->message, sizeof(p->message), "%s", message);
+	return false;
+}
+
+/* One NDJSON line into a record; false with the problem. */
+static bool
+parse_line(ingest_request *req, json_t *line, ingest_record *r, record_problem *p)
 {
 	json_t *value = json_object_get(line, "value");
 	json_t *b64 = json_object_get(line, "value_base64");
@@ -148,22 +160,21 @@ parse_line(ingest_request *req, json_t *line, ingest_record *r, int *status, cha
 	const char *name;
 	json_t *hv;
 
-	*status = 400;
 	if (!json_is_object(line) || (value == NULL) == (b64 == NULL))
-		return snprintf(why, why_size,
-						"a line must be an object with \"value\" or "
-						"\"value_base64\" (one of them)"),
-			   false;
+		return bad_line(p, "value",
+						"a line must be an object with \"value\" or \"value_base64\" (one of "
+						"them)");
 	if ((ikey && !json_is_string(ikey)) || (key && !json_is_string(key)) ||
 		(ctype && !json_is_string(ctype)) || (headers && !json_is_object(headers)))
-		return snprintf(why, why_size,
-						"idempotency_key, key and content_type must be strings "
-						"and headers an object"),
-			   false;
+		return bad_line(p, "line",
+						"idempotency_key, key and content_type must be strings and headers an "
+						"object");
 	set_topic(r, req->topic);
 	if (value)
 	{
 		r->payload = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (r->payload == NULL)
+			fatal("event=out_of_memory what=ingest_parse");
 		r->payload_len = strlen(r->payload);
 	}
 	else
@@ -173,32 +184,42 @@ parse_line(ingest_request *req, json_t *line, ingest_record *r, int *status, cha
 		long n;
 
 		if (text == NULL)
-			return snprintf(why, why_size, "value_base64 must be a string"), false;
+			return bad_line(p, "value_base64", "value_base64 must be a string");
 		r->payload = malloc(len * 3 / 4 + 3);
+		if (r->payload == NULL)
+			fatal("event=out_of_memory what=ingest_parse");
 		n = base64_decode(text, len, r->payload);
 		if (n < 0)
-			return snprintf(why, why_size, "value_base64 is not base64"), false;
+			return bad_line(p, "value_base64", "value_base64 is not base64");
 		r->payload_len = (size_t) n;
 	}
-	name = ctype   ? json_string_value(ctype)
-		   : value ? "application/json"
-				   : "application/octet-stream";
-	r->content_type = must_strndup(name, strlen(name));
+	if (ctype)
+		ingest_record_set_content_type(r, json_string_value(ctype), json_string_length(ctype));
+	else if (value)
+		ingest_record_set_content_type(r, "application/json", 16);
+	else
+		ingest_record_set_content_type(r, "application/octet-stream", 24);
 	if (ikey)
-		r->idempotency_key = must_strndup(json_string_value(ikey), json_string_length(ikey));
+		ingest_record_set_key(r, json_string_value(ikey), json_string_length(ikey));
 	else
 		ingest_record_generate_key(r);
 	if (key)
-		r->message_key = must_strndup(json_string_value(key), json_string_length(key));
+		ingest_record_set_message_key(r, json_string_value(key), json_string_length(key));
 	json_object_foreach(headers, name, hv)
 	{
+		char shown[160];
+
 		if (!json_is_string(hv))
-			return snprintf(why, why_size, "header \"%.100s\" must be a string", name), false;
-		if (!ingest_record_add_header(r, name, strlen(name), json_string_value(hv),
-									  json_string_length(hv), status, why, why_size))
+		{
+			record_quote(shown, sizeof(shown), name, strlen(name), 100);
+			bad_line(p, "headers", "");
+			snprintf(p->message, sizeof(p->message), "header %s must be a string", shown);
 			return false;
+		}
+		ingest_record_add_header(r, name, strlen(name), json_string_value(hv),
+								 json_string_length(hv));
 	}
-	return ingest_record_check(r, req->topic->record_limit, status, why, why_size);
+	return ingest_record_check(r, req->topic->record_limit, p);
 }
 
 bool
@@ -218,8 +239,7 @@ ingest_parse_batch(ingest_request *req)
 		json_error_t jerr;
 		json_t *line;
 		ingest_record *r;
-		int status = 0;
-		char why[300];
+		record_problem problem;
 
 		line_no++;
 		if (line_end == p || (line_end - p == 1 && *p == '\r'))
@@ -237,16 +257,19 @@ ingest_parse_batch(ingest_request *req)
 		line = json_loadb(p, (size_t) (line_end - p), JSON_DECODE_ANY, &jerr);
 		if (line == NULL)
 		{
-			ingest_request_fail(req, 400, "bad_record", "line %d: not JSON: %s", line_no,
-								jerr.text);
+			ingest_request_fail_field(req, 400, "bad_record", "line",
+									  "line %d: not JSON (UTF-8, no NUL): %s at column %d", line_no,
+									  jerr.text, jerr.column);
 			ok = false;
 			break;
 		}
 		r = ingest_record_new();
-		if (!parse_line(req, line, r, &status, why, sizeof(why)))
+		if (!parse_line(req, line, r, &problem))
 		{
-			ingest_request_fail(req, status, status == 413 ? "too_large" : "bad_record",
-								"line %d: %s", line_no, why);
+			char where[32];
+
+			snprintf(where, sizeof(where), "line %d: ", line_no);
+			refuse_record(req, where, &problem);
 			ingest_record_release(r);
 			ok = false;
 		}

@@ -16,12 +16,6 @@
 #include "common/log.h"
 #include "ingest/ingest_request.h"
 
-/* wal_delivery.reserved_header_names(): the relay and the workers write these. */
-static const char *const reserved_headers[] = {
-	"idempotency-key",  "outbox-id",     "source-topic", "content-type", "created-at",
-	"source-partition", "source-offset", "destination",  "attempt",      "step-entered-at",
-	"step-jitter-ms",   "not-before",    "last-error",   "dead-reason",  "payload-omitted"};
-
 static void *
 must(void *p)
 {
@@ -120,117 +114,84 @@ ingest_record_generate_key(ingest_record *r)
 			 b[14], b[15]);
 	free(r->idempotency_key);
 	r->idempotency_key = key;
+	r->idempotency_key_len = 36;
 	r->key_generated = true;
 }
 
-long
-control_character_at(const char *s, size_t len)
+/* A copy of len bytes, NUL-terminated after them (the bytes may hold NULs of their own). */
+static char *
+copy_bytes(const char *s, size_t len)
 {
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) s[i] < 0x20 || (unsigned char) s[i] == 0x7f)
-			return (long) i;
-	return -1;
+	char *copy = must(malloc(len + 1));
+
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	return copy;
 }
 
-static bool
-is_token_char(unsigned char c)
+void
+ingest_record_set_key(ingest_record *r, const char *key, size_t len)
 {
-	return isalnum(c) || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+	free(r->idempotency_key);
+	r->idempotency_key = copy_bytes(key, len);
+	r->idempotency_key_len = len;
+	r->key_generated = false;
 }
 
-static bool
-refuse(int *status, int code, char *why, size_t why_size, const char *fmt, const char *arg)
+void
+ingest_record_set_message_key(ingest_record *r, const char *key, size_t len)
 {
-	*status = code;
-	snprintf(why, why_size, fmt, arg);
-	return false;
+	free(r->message_key);
+	r->message_key = copy_bytes(key, len);
+	r->message_key_len = len;
 }
 
-bool
+void
+ingest_record_set_content_type(ingest_record *r, const char *type, size_t len)
+{
+	free(r->content_type);
+	r->content_type = copy_bytes(type, len);
+	r->content_type_len = len;
+}
+
+void
 ingest_record_add_header(ingest_record *r, const char *name, size_t name_len, const char *value,
-						 size_t value_len, int *status, char *why, size_t why_size)
+						 size_t value_len)
 {
-	char shown[INGEST_MAX_HEADER_NAME + 1];
 	char *lower;
 
-	snprintf(shown, sizeof(shown), "%.*s", (int) (name_len < 100 ? name_len : 100), name);
-	if (name_len == 0 || name_len > INGEST_MAX_HEADER_NAME)
-		return refuse(status, 400, why, why_size,
-					  "header name \"%s\" must be 1 to 256 characters (an HTTP token)", shown);
+	if (r->n_headers_given++ >= RECORD_MAX_HEADERS)
+		return;
+	lower = copy_bytes(name, name_len);
 	for (size_t i = 0; i < name_len; i++)
-		if (!is_token_char((unsigned char) name[i]))
-			return refuse(status, 400, why, why_size, "header name \"%s\" is not an HTTP token",
-						  shown);
-	/* HTTP header names carry no case (a proxy may lower them): records get lower case. */
-	lower = must(strndup(name, name_len));
-	for (char *c = lower; *c; c++)
-		*c = (char) tolower((unsigned char) *c);
-	for (size_t i = 0; i < sizeof(reserved_headers) / sizeof(reserved_headers[0]); i++)
-		if (strcmp(lower, reserved_headers[i]) == 0)
-		{
-			free(lower);
-			return refuse(status, 400, why, why_size,
-						  "header \"%s\" is reserved: the relay and the workers write it", shown);
-		}
-	for (int i = 0; i < r->n_headers; i++)
-		if (strcmp(r->header_names[i], lower) == 0)
-		{
-			free(lower);
-			return refuse(status, 400, why, why_size, "header \"%s\" is given twice", shown);
-		}
-	if (control_character_at(value, value_len) >= 0)
-	{
-		free(lower);
-		return refuse(status, 400, why, why_size, "header \"%s\" must not hold control characters",
-					  shown);
-	}
-	if (r->n_headers == INGEST_MAX_HEADERS)
-	{
-		free(lower);
-		return refuse(status, 413, why, why_size, "headers must be at most 64%s", "");
-	}
+		lower[i] = (char) tolower((unsigned char) lower[i]);
 	r->header_names[r->n_headers] = lower;
-	r->header_values[r->n_headers] = must(strndup(value, value_len));
+	r->header_values[r->n_headers] = copy_bytes(value, value_len);
+	r->header_value_lens[r->n_headers] = value_len;
+	r->header_name_lens[r->n_headers] = name_len;
 	r->n_headers++;
-	return true;
 }
 
 bool
-ingest_record_check(const ingest_record *r, int record_limit, int *status, char *why,
-					size_t why_size)
+ingest_record_check(const ingest_record *r, int64_t record_limit, record_problem *problem)
 {
-	size_t ikey_len = strlen(r->idempotency_key);
-	size_t key_len = r->message_key ? strlen(r->message_key) : 0;
-	size_t size = r->payload_len + ikey_len + key_len;
+	record_header headers[RECORD_MAX_HEADERS];
+	record_fields f = {
+		.topic = {r->topic, strlen(r->topic)},
+		.payload = {r->payload ? r->payload : "", r->payload_len},
+		.idempotency_key = {r->idempotency_key, r->idempotency_key_len},
+		.message_key = {r->message_key, r->message_key_len},
+		.content_type = {r->content_type, r->content_type_len},
+		.headers = headers,
+		.n_headers = r->n_headers_given,
+	};
 
-	if (ikey_len == 0)
-		return refuse(status, 400, why, why_size, "idempotency key must not be empty%s", "");
-	if (ikey_len > INGEST_MAX_IKEY_BYTES)
-		return refuse(status, 400, why, why_size, "idempotency key must be at most 200 bytes%s",
-					  "");
-	if (control_character_at(r->idempotency_key, ikey_len) >= 0)
-		return refuse(status, 400, why, why_size,
-					  "idempotency key must not hold control characters%s", "");
-	if (r->message_key && key_len == 0)
-		return refuse(status, 400, why, why_size, "message key must not be empty%s", "");
-	if (key_len > INGEST_MAX_KEY_BYTES)
-		return refuse(status, 400, why, why_size, "message key must be at most 1024 bytes%s", "");
-	if (r->content_type == NULL || r->content_type[0] == '\0' ||
-		strlen(r->content_type) > INGEST_MAX_CONTENT_TYPE ||
-		control_character_at(r->content_type, strlen(r->content_type)) >= 0)
-		return refuse(status, 400, why, why_size,
-					  "content type must be 1 to 255 printable characters%s", "");
 	for (int i = 0; i < r->n_headers; i++)
-		size += strlen(r->header_names[i]) + strlen(r->header_values[i]);
-	if (size > (size_t) record_limit)
 	{
-		char detail[160];
-
-		snprintf(detail, sizeof(detail), "%zu bytes (payload, keys and headers) against %d", size,
-				 record_limit);
-		return refuse(status, 413, why, why_size, "record is over the topic's limit: %s", detail);
+		headers[i].name = (record_bytes){r->header_names[i], r->header_name_lens[i]};
+		headers[i].value = (record_bytes){r->header_values[i], r->header_value_lens[i]};
 	}
-	return true;
+	return record_check(&f, record_limit, problem);
 }
 
 /* Only the winner of the record calls these, once. */

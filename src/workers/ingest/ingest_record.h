@@ -19,11 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define INGEST_MAX_HEADERS      64
-#define INGEST_MAX_IKEY_BYTES   200
-#define INGEST_MAX_KEY_BYTES    1024
-#define INGEST_MAX_HEADER_NAME  256
-#define INGEST_MAX_CONTENT_TYPE 255
+#include "shared/record_contract.h"
+
 #define INGEST_CREATED_AT_BYTES 64
 
 struct ingest_request;
@@ -49,15 +46,26 @@ typedef struct ingest_record
 	char *topic;
 	int acks;
 	bool needs_processing;
+	/*
+	 * Each value is kept with its length as it came, and also NUL-terminated: once
+	 * ingest_record_check passed, the contract guarantees none holds a NUL, so the code
+	 * after it may read them as C strings.
+	 */
 	char *payload;
 	size_t payload_len;
 	char *content_type;
+	size_t content_type_len;
 	char *idempotency_key;
+	size_t idempotency_key_len;
 	bool key_generated;
 	char *message_key; /* NULL: none */
+	size_t message_key_len;
 	int n_headers;
-	char *header_names[INGEST_MAX_HEADERS];
-	char *header_values[INGEST_MAX_HEADERS];
+	char *header_names[RECORD_MAX_HEADERS];
+	char *header_values[RECORD_MAX_HEADERS];
+	size_t header_name_lens[RECORD_MAX_HEADERS];
+	size_t header_value_lens[RECORD_MAX_HEADERS];
+	int n_headers_given; /* how many the request had, which may be over the limit */
 	char created_at[INGEST_CREATED_AT_BYTES];
 
 	/* how it ended */
@@ -86,20 +94,20 @@ void ingest_record_release(ingest_record *r);
 /* A UUID v4 as the idempotency key when the client gave none. */
 void ingest_record_generate_key(ingest_record *r);
 
-/* Adds a record header; false with why filled when a rule refuses it. */
-bool ingest_record_add_header(ingest_record *r, const char *name, size_t name_len,
-							  const char *value, size_t value_len, int *status, char *why,
-							  size_t why_size);
+/* Sets the idempotency key, the message key or the content type from bytes as they came. */
+void ingest_record_set_key(ingest_record *r, const char *key, size_t len);
+void ingest_record_set_message_key(ingest_record *r, const char *key, size_t len);
+void ingest_record_set_content_type(ingest_record *r, const char *type, size_t len);
 
 /*
- * The rules wal_enqueue applies (sql/src/enqueue.sql, check_record) to the keys and the
- * size; false with the HTTP status (400 or 413) and why.
+ * Adds a record header as it came; names are kept in lower case (HTTP header names carry
+ * no case). Headers over the contract's count are only counted, for the check to refuse.
  */
-bool ingest_record_check(const ingest_record *r, int record_limit, int *status, char *why,
-						 size_t why_size);
+void ingest_record_add_header(ingest_record *r, const char *name, size_t name_len,
+							  const char *value, size_t value_len);
 
-/* Where a byte below 0x20 or 0x7f is, or -1. */
-long control_character_at(const char *s, size_t len);
+/* The record contract (src/shared/record_contract.h); false with the problem filled. */
+bool ingest_record_check(const ingest_record *r, int64_t record_limit, record_problem *problem);
 
 /* Settlement: each is called once, by whoever won the record (see above). */
 void ingest_record_settle_kafka(ingest_record *r, int32_t partition, int64_t offset);

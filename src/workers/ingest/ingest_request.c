@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ingest/ingest_metrics.h"
+#include "shared/record_contract.h"
 
 /* How long a client is asked to wait before it sends again after a 503. */
 #define RETRY_AFTER_SECONDS "1"
@@ -44,18 +45,56 @@ ingest_request_free(ingest_request *req)
 	free(req);
 }
 
+static void
+fail_with(ingest_request *req, int status, const char *code, const char *field, const char *fmt,
+		  va_list ap)
+{
+	if (req->error_status != 0)
+		return;
+	req->error_status = status;
+	req->error_field = field;
+	snprintf(req->error_code, sizeof(req->error_code), "%s", code);
+	vsnprintf(req->error_message, sizeof(req->error_message), fmt, ap);
+}
+
 void
 ingest_request_fail(ingest_request *req, int status, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (req->error_status != 0)
-		return;
-	req->error_status = status;
-	snprintf(req->error_code, sizeof(req->error_code), "%s", code);
 	va_start(ap, fmt);
-	vsnprintf(req->error_message, sizeof(req->error_message), fmt, ap);
+	fail_with(req, status, code, NULL, fmt, ap);
 	va_end(ap);
+}
+
+void
+ingest_request_fail_field(ingest_request *req, int status, const char *code, const char *field,
+						  const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fail_with(req, status, code, field, fmt, ap);
+	va_end(ap);
+}
+
+json_t *
+json_text(const char *s)
+{
+	size_t len = strlen(s);
+	char *shown;
+	json_t *j;
+
+	if (record_invalid_utf8_at(s, len) < 0)
+		return json_stringn(s, len);
+	/* record_quote shows every byte that is not UTF-8; drop the quotes it adds. */
+	shown = malloc(len * 6 + 8);
+	if (shown == NULL)
+		fatal("event=out_of_memory what=json_text");
+	record_quote(shown, len * 6 + 8, s, len, len);
+	j = json_stringn(shown + 1, strlen(shown) - 2);
+	free(shown);
+	return j;
 }
 
 void
@@ -116,7 +155,7 @@ ingest_request_record_done(ingest_request *req)
 static enum MHD_Result
 send_json(struct MHD_Connection *connection, int status, json_t *body, const char *ikey)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	size_t len;
 	struct MHD_Response *response;
 	enum MHD_Result result;
@@ -125,7 +164,14 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 
 	json_decref(body);
 	if (text == NULL)
-		return MHD_NO;
+	{
+		/* Every string in an answer went through json_text, so only memory can fail. */
+		log_error("event=answer_failed status=%d msg=\"cannot encode the answer\"", status);
+		text = strdup("{\"error\":\"internal\",\"message\":\"the answer could not be encoded\"}");
+		status = 500;
+		if (text == NULL)
+			return MHD_NO;
+	}
 	len = strlen(text);
 	text[len] = '\0';
 	response = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
@@ -149,17 +195,21 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 
 enum MHD_Result
 ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
-				  const char *message)
+				  const char *field, const char *message)
 {
-	return send_json(connection, status, json_pack("{s:s, s:s}", "error", code, "message", message),
-					 NULL);
+	json_t *body = json_pack("{s:s, s:o}", "error", code, "message", json_text(message));
+
+	if (body != NULL && field != NULL)
+		json_object_set_new(body, "field", json_string(field));
+	return send_json(connection, status, body, NULL);
 }
 
 /* One record's part of the answer. */
 static json_t *
 record_json(const ingest_record *r)
 {
-	json_t *o = json_pack("{s:s, s:s}", "topic", r->topic, "idempotency_key", r->idempotency_key);
+	json_t *o = json_pack("{s:o, s:o}", "topic", json_text(r->topic), "idempotency_key",
+						  json_text(r->idempotency_key));
 
 	switch (r->outcome)
 	{
@@ -174,9 +224,8 @@ record_json(const ingest_record *r)
 			break;
 		default:
 			json_object_set_new(o, "status", json_integer(r->http_status));
-			json_object_set_new(o, "error", json_string(r->error_code));
-			json_object_set_new(o, "message",
-								json_string(r->error_message ? r->error_message : ""));
+			json_object_set_new(o, "error", json_text(r->error_code));
+			json_object_set_new(o, "message", json_text(r->error_message ? r->error_message : ""));
 			break;
 	}
 	return o;
@@ -205,7 +254,7 @@ ingest_request_answer(ingest_request *req)
 	{
 		observe_latency(req, 0, 0);
 		return ingest_send_error(req->connection, req->error_status, req->error_code,
-								 req->error_message);
+								 req->error_field, req->error_message);
 	}
 	for (int i = 0; i < req->n_records; i++)
 	{

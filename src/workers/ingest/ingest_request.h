@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <microhttpd.h>
 
 #include "ingest/ingest_catalog.h"
@@ -39,7 +40,8 @@ typedef struct ingest_request
 	/* an answer decided before the records (bad input, auth); status 0: none */
 	int error_status;
 	char error_code[48];
-	char error_message[512];
+	const char *error_field; /* the request field at fault, NULL when none is */
+	char error_message[1024];
 
 	ingest_record **records;
 	int n_records;
@@ -57,6 +59,10 @@ void ingest_request_free(ingest_request *req);
 void ingest_request_fail(ingest_request *req, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* The same, naming the field of the request at fault ("idempotency_key", "headers"...). */
+void ingest_request_fail_field(ingest_request *req, int status, const char *code, const char *field,
+							   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 void ingest_request_add_record(ingest_request *req, ingest_record *r);
 
 /*
@@ -71,8 +77,14 @@ void ingest_request_record_done(ingest_request *req);
 /* Queues the answer on the connection. */
 enum MHD_Result ingest_request_answer(ingest_request *req);
 
-/* Queues a JSON error answer that belongs to no record. */
+/*
+ * Queues a JSON error answer that belongs to no record; field may be NULL. The message may
+ * hold any bytes: answers are always valid JSON (see json_text).
+ */
 enum MHD_Result ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
-								  const char *message);
+								  const char *field, const char *message);
+
+/* A JSON string of s whatever its bytes: those that are not UTF-8 are shown as \xXX. */
+json_t *json_text(const char *s);
 
 #endif
