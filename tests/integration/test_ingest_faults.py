@@ -1,8 +1,10 @@
 """`wal-worker ingest` under faults, with a real broker and a real Postgres: all brokers
 stopped mid-load (answers turn 202 within the deadline, nothing refused, everything in
 Kafka once the brokers are back), Postgres down (the direct path goes on), both down
-(503 with Retry-After, never a 2xx). Every record answered 2xx is counted in Kafka."""
+(503 with Retry-After, never a 2xx; 504 outcome_unknown while a copy may still land in
+Kafka). Every record answered 2xx is counted in Kafka, and none answered 503 is there."""
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +96,12 @@ def test_postgres_down_keeps_the_direct_path_and_both_down_answer_503(ingest, ka
         try:
             answers = [send_record(ingest.port, topic, token, ikey=f"both-{i}") for i in range(30)]
             assert not [a for a in answers if a[0] in (201, 202)], "a 2xx with no durable path"
-            assert all(a[0] == 503 and a[2].get("Retry-After") for a in answers), answers[:3]
+            # 503 when no copy can land; 504 outcome_unknown for a record produced before
+            # the brokers were seen down, whose copy's fate librdkafka has not reported.
+            assert all(a[0] in (503, 504) and a[2].get("Retry-After") for a in answers), answers[:3]
+            assert all(a[1]["error"] == "outcome_unknown" for a in answers if a[0] == 504)
             assert answers[-1][1]["error"] == "kafka_and_outbox_unavailable"
+            refused = [f"both-{i}" for i, a in enumerate(answers) if a[0] == 503]
             wait_until(lambda: ingest.get("/readyz")[0] == 503, 30, what="not ready")
         finally:
             for n in range(1, brokers + 1):
@@ -107,3 +113,62 @@ def test_postgres_down_keeps_the_direct_path_and_both_down_answer_503(ingest, ka
     wait_until(lambda: ingest.get("/readyz")[0] == 200, 60, what="ready again")
     seen = read_topic(kafka_bootstrap, topic, acked, timeout=90)
     assert not set(acked) - set(seen)
+    assert not set(refused) & set(seen), "a record answered 503 is in Kafka"
+
+
+def test_a_record_kafka_may_still_store_is_never_answered_refused(tmp_path, kafka_bootstrap, unique):
+    """Postgres down and the brokers frozen (SIGSTOP: they hold the produce requests and
+    answer them when thawed). A record whose deadline passes cannot go to the outbox, but
+    its Kafka copy may still land: it is answered 504 outcome_unknown (with Retry-After),
+    never 503. Every record answered 503 is absent from Kafka; every 201 is there."""
+    import os
+    import signal
+    import threading
+
+    with connect() as conn:
+        setup_ingest(conn)
+        (topic,), token = topics_with_token(conn, unique)
+    worker = Ingest(tmp_path, kafka_bootstrap, deadline_ms=300)
+    worker.wait_listening()
+    try:
+        wait_until(lambda: send_record(worker.port, topic, token)[0] == 201, 30, what="config")
+        pids = [int((Path(os.environ["WAL_ENV_DIR"]) / "kafka" / f"n{n}.pid").read_text())
+                for n in range(1, int(os.environ.get("KAFKA_BROKERS", "1")) + 1)]
+        answers = {}
+
+        def send(i):
+            key = f"frozen-{i}"
+            answers[key] = send_record(worker.port, topic, token, ikey=key)
+
+        env_cmd("pg-stop")
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(20)]
+            for t in threads:
+                t.start()
+                time.sleep(0.05)
+            time.sleep(2)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        for t in threads:
+            t.join(60)
+        env_cmd("pg-start")
+        statuses = {k: a[0] for k, a in answers.items()}
+        report(f"answers with the brokers frozen and Postgres down: {sorted(statuses.values())}")
+        assert set(statuses.values()) <= {201, 503, 504}, answers
+        assert 504 in statuses.values(), "no record was in flight when its deadline passed"
+        for key, (status, body, headers) in answers.items():
+            if status == 504:
+                assert body["error"] == "outcome_unknown" and headers.get("Retry-After"), body
+        # Whatever Kafka stored shows up within librdkafka's message timeout (10 s here).
+        marker = "after-" + unique
+        wait_until(lambda: send_record(worker.port, topic, token, ikey=marker)[0] == 201, 60,
+                   what="Kafka back")
+        seen = read_topic(kafka_bootstrap, topic, [marker], timeout=60)
+        refused_but_stored = [k for k, s in statuses.items() if s == 503 and k in seen]
+        assert not refused_but_stored, f"answered 503, yet in Kafka: {refused_but_stored}"
+        assert {k for k, s in statuses.items() if s == 201} <= set(seen)
+    finally:
+        worker.stop()

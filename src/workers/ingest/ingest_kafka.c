@@ -116,26 +116,85 @@ is_record_error(rd_kafka_resp_err_t err)
 		   err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 }
 
+static int
+report_of(const rd_kafka_message_t *m)
+{
+	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return KAFKA_REPORT_STORED;
+	return rd_kafka_message_status(m) == RD_KAFKA_MSG_STATUS_NOT_PERSISTED
+			   ? KAFKA_REPORT_NOT_STORED
+			   : KAFKA_REPORT_MAYBE_STORED;
+}
+
+static void
+settle_stored(ingest_record *r, int32_t partition, int64_t offset)
+{
+	const char *labels[] = {"kafka"};
+
+	metric_add(ingest_m.records, 1, labels);
+	ingest_record_settle_kafka(r, partition, offset);
+}
+
+void
+ingest_kafka_outbox_failed(ingest_record *r, int status, const char *code, const char *message)
+{
+	int report = atomic_load(&r->kafka_report);
+
+	if (!r->kafka_copy || report == KAFKA_REPORT_NOT_STORED)
+	{
+		const char *labels[] = {code};
+
+		metric_add(ingest_m.failed_records, 1, labels);
+		ingest_record_settle_failed(r, status, code, message);
+		return;
+	}
+	if (report == KAFKA_REPORT_STORED)
+	{
+		/* The report came while the outbox had the record: Kafka's answer stands. */
+		atomic_store(&r->route, ROUTE_SETTLED);
+		settle_stored(r, r->partition, r->offset);
+		return;
+	}
+	{
+		const char *labels[] = {"outcome_unknown"};
+		char why[1024];
+
+		snprintf(why, sizeof(why),
+				 "Kafka has not said whether it stored the record and the outbox could not take "
+				 "it (%s); it may or may not be durable: send it again with the same "
+				 "Idempotency-Key (a copy stored twice has one key, which destinations dedupe)",
+				 message);
+		metric_add(ingest_m.failed_records, 1, labels);
+		ingest_record_settle_failed(r, 504, "outcome_unknown", why);
+	}
+}
+
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	ingest_record *r = m->_private;
 	int expected = ROUTE_KAFKA;
+	int report = report_of(m);
 
 	(void) rk;
 	(void) opaque;
-	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	/*
+	 * The report is published first (the place with it), so that an outbox writer that
+	 * fails the record from here on answers by it (ingest_kafka_outbox_failed).
+	 */
+	if (report == KAFKA_REPORT_STORED)
+	{
+		r->partition = m->partition;
+		r->offset = m->offset;
+	}
+	atomic_store(&r->kafka_report, report);
+	if (report == KAFKA_REPORT_STORED)
 	{
 		set_up();
 		if (atomic_compare_exchange_strong(&r->route, &expected, ROUTE_SETTLED))
-		{
-			const char *labels[] = {"kafka"};
-
-			metric_add(ingest_m.records, 1, labels);
-			ingest_record_settle_kafka(r, m->partition, m->offset);
-		}
+			settle_stored(r, m->partition, m->offset);
 		else
-			metric_add(ingest_m.late_acks, 1, NULL);
+			metric_add(ingest_m.late_acks, 1, NULL); /* the outbox has it too */
 	}
 	else
 	{
@@ -406,6 +465,7 @@ ingest_kafka_submit(ingest_record *r)
 		rd_kafka_header_add(hdrs, r->header_names[i], -1, r->header_values[i], -1);
 
 	r->deadline_ms = now_ms() + deadline;
+	r->kafka_copy = true;
 	ingest_record_ref(r); /* librdkafka's, dropped in on_delivery */
 	inflight_push(r);
 	pthread_rwlock_rdlock(&producers_lock);
@@ -419,6 +479,7 @@ ingest_kafka_submit(ingest_record *r)
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+		r->kafka_copy = false;          /* and no report will come */
 		if (err == RD_KAFKA_RESP_ERR__FATAL)
 		{
 			atomic_store(&fatal_seen, true);

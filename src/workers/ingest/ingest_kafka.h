@@ -31,6 +31,14 @@ void ingest_kafka_submit(ingest_record *r);
 bool ingest_kafka_up(void);
 
 /*
+ * The outbox could not take r (status, code, message say why). Settles r by what is known
+ * of its Kafka copy: stored (201), never written or never produced (the outbox's failure),
+ * or not known yet (504 outcome_unknown: a copy may still land).
+ */
+void ingest_kafka_outbox_failed(ingest_record *r, int status, const char *code,
+								const char *message);
+
+/*
  * The control plane's bootstrap servers (NULL: -X bootstrap.servers); when they differ
  * from the producers', the producers are replaced (-X bootstrap.servers, when given, still
  * wins over them).

@@ -32,8 +32,9 @@ ingest_metrics_register(void)
 		"Records Kafka acknowledged after the outbox had taken them (they exist twice).", 0, NULL);
 	ingest_m.failed_records = metric_counter(
 		"wal_ingest_failed_records_total",
-		"Records answered with an error after validation (neither path durable), by code.", 1,
-		code);
+		"Records answered with an error after validation, by code (outcome_unknown: a copy "
+		"may still be in Kafka).",
+		1, code);
 	ingest_m.request_seconds =
 		metric_histogram("wal_ingest_request_seconds",
 						 "Time from a request's arrival to its answer, by the path its records "

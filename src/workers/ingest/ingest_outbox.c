@@ -23,6 +23,7 @@
 #include "common/db_connect.h"
 #include "common/log.h"
 #include "common/text_buffer.h"
+#include "ingest/ingest_kafka.h"
 #include "ingest/ingest_metrics.h"
 
 #define MAX_BATCH          1000
@@ -84,7 +85,6 @@ static void
 fail_unavailable(ingest_record *r, const char *why)
 {
 	char message[512];
-	const char *labels[1];
 
 	if (r->fallback_reason != NULL)
 		snprintf(message, sizeof(message),
@@ -96,9 +96,9 @@ fail_unavailable(ingest_record *r, const char *why)
 				 "topic \"%s\" needs processing and goes through the outbox, whose database is "
 				 "unavailable (%s); send it again with the same Idempotency-Key",
 				 r->topic, why);
-	labels[0] = r->fallback_reason ? "kafka_and_outbox_unavailable" : "outbox_unavailable";
-	metric_add(ingest_m.failed_records, 1, labels);
-	ingest_record_settle_failed(r, 503, labels[0], message);
+	ingest_kafka_outbox_failed(
+		r, 503, r->fallback_reason ? "kafka_and_outbox_unavailable" : "outbox_unavailable",
+		message);
 }
 
 static bool
@@ -326,12 +326,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 			enqueue_group(db, &recs[i], 1);
 		return;
 	}
-	{
-		const char *labels[] = {"refused_by_database"};
-
-		metric_add(ingest_m.failed_records, 1, labels);
-		ingest_record_settle_failed(recs[0], status_for(state), "refused_by_database", why);
-	}
+	ingest_kafka_outbox_failed(recs[0], status_for(state), "refused_by_database", why);
 }
 
 static bool

@@ -8,6 +8,11 @@
  * report that finds the record already handed to the outbox is a late ack: the record
  * is then in Kafka twice (counted, at least once).
  *
+ * A record is never answered "not stored" while a copy of it may still land in Kafka:
+ * when the outbox cannot take a record that was produced, its answer follows Kafka's
+ * report (ingest_kafka_outbox_failed): 201 when it was stored, 503 when librdkafka says
+ * it was never written, 504 outcome_unknown while that is not known.
+ *
  * References: the request holds one; librdkafka holds one while the message is queued
  * and the deadline list one while the record is on it. The last release frees it.
  */
@@ -30,6 +35,15 @@ enum
 	ROUTE_KAFKA,  /* produced; the delivery report or the deadline settles it */
 	ROUTE_OUTBOX, /* handed to the outbox writer, which settles it */
 	ROUTE_SETTLED
+};
+
+/* What Kafka said of the copy it was given (ingest_kafka.c), once it said it. */
+enum
+{
+	KAFKA_REPORT_NONE,        /* no report yet, or no copy was produced */
+	KAFKA_REPORT_STORED,      /* acknowledged with the topic's acks */
+	KAFKA_REPORT_NOT_STORED,  /* never written: librdkafka says not persisted */
+	KAFKA_REPORT_MAYBE_STORED /* failed after it was sent: it may still be in Kafka */
 };
 
 typedef enum
@@ -70,6 +84,8 @@ typedef struct ingest_record
 
 	/* how it ended */
 	atomic_int route;
+	bool kafka_copy;         /* given to librdkafka: a copy may land until its report */
+	atomic_int kafka_report; /* KAFKA_REPORT_*, written before the report settles anything */
 	record_outcome outcome;
 	int32_t partition;
 	int64_t offset;

@@ -184,7 +184,8 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (ikey != NULL)
 		MHD_add_response_header(response, "Idempotency-Key", ikey);
-	if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+	/* 504 outcome_unknown: the client sends again too (ingest_kafka_outbox_failed). */
+	if (status == MHD_HTTP_SERVICE_UNAVAILABLE || status == MHD_HTTP_GATEWAY_TIMEOUT)
 		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_SECONDS);
 	result = MHD_queue_response(connection, (unsigned int) status, response);
 	MHD_destroy_response(response);
