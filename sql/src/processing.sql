@@ -483,7 +483,7 @@ END $$;
 -- user, so it would run with a superuser's rights whatever role it was given.
 CREATE FUNCTION wal_delivery.processing_session_problem() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT format('SQL processors do not run in a session of superuser "%s" (a processor could RESET ROLE to it); connect as a non-superuser member of wal_delivery_admin',
+    SELECT format('SQL processors do not run in a session of superuser "%s" (a processor could RESET ROLE to it); connect as a non-superuser member of wal_delivery_worker',
                   r.rolname)
       FROM pg_stat_get_activity(pg_backend_pid()) a JOIN pg_roles r ON r.oid = a.usesysid
      WHERE r.rolsuper

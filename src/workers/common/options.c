@@ -53,7 +53,7 @@ static const role_help roles[] = {
 	 "  comes after the lease. A failed attempt waits processing_backoff (doubling);\n"
 	 "  after processing_max_attempts the row is a dead letter. Needs no Kafka: the\n"
 	 "  relay ships processed rows. Run as many as you like.\n"
-	 "  Connect as a LOGIN member of wal_delivery_admin, never as a superuser: a\n"
+	 "  Connect as a LOGIN member of wal_delivery_worker, never as a superuser: a\n"
 	 "  processor could RESET ROLE to it, so the worker refuses to start as one.\n"
 	 "  See SELECT * FROM wal_delivery.processing_status.\n",
 	 ""},

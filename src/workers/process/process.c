@@ -136,7 +136,7 @@ refuse_superuser(PGconn *db)
 		return false;
 	log_error("event=superuser_refused user=%s msg=\"wal-worker process does not run as a "
 			  "superuser: a SQL processor could RESET ROLE to it; connect as a non-superuser "
-			  "member of wal_delivery_admin\"",
+			  "member of wal_delivery_worker\"",
 			  PQuser(db));
 	return true;
 }
