@@ -1017,7 +1017,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
            attempts, p_error
       FROM wal_delivery.outbox_rows WHERE id = p_id;
     UPDATE wal_delivery.outbox_rows
-       SET state = 'dead', last_error = p_error, finished_at = now(), lease_until = NULL
+       SET state = 'dead', last_error = p_error, finished_at = clock_timestamp(), lease_until = NULL
      WHERE id = p_id;
 $$;
 
@@ -2156,7 +2156,7 @@ BEGIN
     END IF;
     UPDATE wal_delivery.outbox_rows
        SET state = 'processed', processed_payload = p_processed_payload, lease_until = NULL,
-           available_at = now(), last_error = NULL
+           available_at = clock_timestamp(), last_error = NULL
      WHERE id = p_id;
 END $$;
 
@@ -2182,7 +2182,7 @@ BEGIN
     END IF;
     UPDATE wal_delivery.outbox_rows
        SET state = 'pending', lease_until = NULL, last_error = coalesce(p_error, 'processing failed'),
-           available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
+           available_at = clock_timestamp() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
      WHERE id = p_id;
     RETURN 'pending';
 END $$;

@@ -70,7 +70,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
            attempts, p_error
       FROM wal_delivery.outbox_rows WHERE id = p_id;
     UPDATE wal_delivery.outbox_rows
-       SET state = 'dead', last_error = p_error, finished_at = now(), lease_until = NULL
+       SET state = 'dead', last_error = p_error, finished_at = clock_timestamp(), lease_until = NULL
      WHERE id = p_id;
 $$;
 

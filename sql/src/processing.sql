@@ -235,7 +235,7 @@ BEGIN
     END IF;
     UPDATE wal_delivery.outbox_rows
        SET state = 'processed', processed_payload = p_processed_payload, lease_until = NULL,
-           available_at = now(), last_error = NULL
+           available_at = clock_timestamp(), last_error = NULL
      WHERE id = p_id;
 END $$;
 
@@ -261,7 +261,7 @@ BEGIN
     END IF;
     UPDATE wal_delivery.outbox_rows
        SET state = 'pending', lease_until = NULL, last_error = coalesce(p_error, 'processing failed'),
-           available_at = now() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
+           available_at = clock_timestamp() + wal_delivery.processing_retry_delay(r.backoff, r.attempts)
      WHERE id = p_id;
     RETURN 'pending';
 END $$;

@@ -40,7 +40,8 @@ def kafka_bootstrap():
 
 
 def connect(dbname=None, **kw):
-    return psycopg.connect(dbname=dbname or os.environ["PGDATABASE"], autocommit=True, **kw)
+    kw.setdefault("autocommit", True)
+    return psycopg.connect(dbname=dbname or os.environ["PGDATABASE"], **kw)
 
 
 @pytest.fixture
