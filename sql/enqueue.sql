@@ -18,8 +18,15 @@ SELECT idempotency_key, message_key, headers, content_type, convert_from(payload
 SELECT payload FROM wal_delivery.outbox WHERE id = :id_bytea;
 SELECT enqueued_by::regrole FROM wal_delivery.outbox WHERE id = :id_json;
 
--- A repeated idempotency key returns the existing id and writes nothing.
-SELECT wal_enqueue('orders.events', '{"order_id": 42, "again": true}'::jsonb, 'order-42-created') = :id_json AS same_id;
+-- A repeated idempotency key with the same record returns the existing id and writes
+-- nothing; with a different record (payload, message key, headers or content type) it is
+-- 23W01, since a key names one record.
+SELECT wal_enqueue('orders.events', '{"order_id": 42}'::jsonb, 'order-42-created', 'order-42',
+                   '{"trace-id": "abc"}') = :id_json AS same_id;
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{"order_id": 42, "again": true}'::jsonb, 'order-42-created', 'order-42', '{"trace-id": "abc"}')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{"order_id": 42}'::jsonb, 'order-42-created')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue('orders.events', '{"order_id": 42}'::text, 'order-42-created', 'order-42', '{"trace-id": "abc"}')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['{"n": 1}']::jsonb[], ARRAY['order-42-created'])$$);
 SELECT count(*) FROM wal_delivery.outbox WHERE idempotency_key = 'order-42-created';
 SELECT convert_from(payload, 'UTF8') AS first_payload_kept FROM wal_delivery.outbox WHERE id = :id_json;
 -- The same key on another topic is another record.
@@ -30,11 +37,14 @@ SELECT count(*) AS generated_keys FROM wal_delivery.outbox
  WHERE topic = 'plain.events' AND idempotency_key ~ '^[0-9a-f-]{36}$';
 
 -- Batches: ids in input order, existing ids for known keys, duplicates inside a batch collapse.
-SELECT wal_enqueue_batch('orders.events', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[],
-                         ARRAY['b-1', 'order-42-created', 'b-1']) AS ids \gset
-SELECT (:'ids'::bigint[])[2] = :id_json AS known_key_gives_existing_id,
+SELECT wal_enqueue('orders.events', '{"n": 2}'::jsonb, 'b-2') AS id_b2 \gset
+SELECT wal_enqueue_batch('orders.events', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 1}']::jsonb[],
+                         ARRAY['b-1', 'b-2', 'b-1']) AS ids \gset
+SELECT (:'ids'::bigint[])[2] = :id_b2 AS known_key_gives_existing_id,
        (:'ids'::bigint[])[1] = (:'ids'::bigint[])[3] AS duplicate_in_batch_collapses,
        cardinality(:'ids'::bigint[]) AS n;
+-- A key twice in one batch with two different records: the second is refused.
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('orders.events', ARRAY['{"n": 5}', '{"n": 6}']::jsonb[], ARRAY['b-5', 'b-5'])$$);
 SELECT cardinality(wal_enqueue_batch('plain.events', ARRAY['a', 'b']::text[])) AS text_batch,
        cardinality(wal_enqueue_batch('plain.events', ARRAY['\x01'::bytea])) AS bytea_batch,
        cardinality(wal_enqueue_batch('plain.events', '{}'::jsonb[])) AS empty_batch;

@@ -47,7 +47,7 @@ SELECT wal_delivery.rotate_outbox_log() AS too_young;
 UPDATE wal_delivery.outbox_generations SET started_at = now() - interval '31 days' WHERE sealed_at IS NULL;
 SELECT wal_delivery.rotate_outbox_log() AS sealed;
 SELECT wal_enqueue('ret.long', 'in the next generation'::text, 'g2') AS g2 \gset
-SELECT wal_enqueue('ret.long', 'a repeat'::text, 'g1') = :g1 AS repeat_finds_the_sealed_one;
+SELECT wal_enqueue('ret.long', 'in the first generation'::text, 'g1') = :g1 AS repeat_finds_the_sealed_one;
 SELECT wal_delivery.rotate_outbox_log() AS window_not_over;
 UPDATE wal_delivery.outbox_generations SET sealed_at = now() - interval '31 days' WHERE sealed_at IS NOT NULL;
 SELECT wal_delivery.rotate_outbox_log() AS not_all_in_kafka;
@@ -61,8 +61,8 @@ SELECT wal_enqueue('ret.long', 'after the truncation'::text, 'g1') AS g1_again \
 SELECT :g1_again <> :g1 AS truncated_key_is_new;
 UPDATE wal_delivery.outbox_generations SET started_at = now() - interval '31 days' WHERE sealed_at IS NULL;
 SELECT wal_delivery.rotate_outbox_log() AS sealed_again;
-SELECT wal_enqueue('ret.long', 'a repeat'::text, 'g1') = :g1_again AS repeat_finds_the_sealed_one_again,
-       wal_enqueue('ret.long', 'a repeat'::text, 'g2') = :g2 AS and_the_other_key;
-SELECT wal_enqueue_batch('ret.long', ARRAY['x', 'y']::text[], ARRAY['g2', 'g1']) = ARRAY[:g2, :g1_again]::bigint[]
-       AS batch_repeats_find_them;
+SELECT wal_enqueue('ret.long', 'after the truncation'::text, 'g1') = :g1_again AS repeat_finds_the_sealed_one_again,
+       wal_enqueue('ret.long', 'in the next generation'::text, 'g2') = :g2 AS and_the_other_key;
+SELECT wal_enqueue_batch('ret.long', ARRAY['in the next generation', 'after the truncation']::text[], ARRAY['g2', 'g1'])
+       = ARRAY[:g2, :g1_again]::bigint[] AS batch_repeats_find_them;
 DELETE FROM wal_delivery.outbox;

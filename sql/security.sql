@@ -81,13 +81,26 @@ RESET ROLE;
 -- The same login acting as itself: none (sec-3 was enqueued from the superuser's session).
 SELECT idempotency_key FROM wal_delivery.my_records ORDER BY idempotency_key;
 RESET SESSION AUTHORIZATION;
--- Keys are per topic, shared by every writer of the topic: a repeated key returns the first
--- writer's id (README), though that record is not in the second writer's my_records.
+-- Keys are per topic, shared by every writer of the topic: the same record again returns
+-- the first writer's id (a retry), though that record is not in the second writer's
+-- my_records; a different record under the key is 23W01, never a silent no-op that would
+-- lose it.
 SELECT id AS sec1_id FROM wal_delivery.outbox WHERE idempotency_key = 'sec-1' \gset
 SET ROLE regress_other_app;
-SELECT wal_enqueue('sec.events', '{"by": "other"}'::jsonb, 'sec-1') = :sec1_id AS shared_key_gives_first_id;
+SELECT wal_enqueue('sec.events', '{"by": "app"}'::jsonb, 'sec-1') = :sec1_id AS shared_key_gives_first_id;
+SELECT * FROM regress.try($$SELECT wal_enqueue('sec.events', '{"by": "other"}'::jsonb, 'sec-1')$$);
 SELECT count(*) AS first_writers_record_visible FROM wal_delivery.my_records WHERE idempotency_key = 'sec-1';
 RESET ROLE;
+-- A topic's writers list keeps other writers out (42501), on the C path and the batch too.
+UPDATE wal_delivery.topics SET writers = ARRAY['regress_app']::regrole[] WHERE name = 'sec.events';
+SET ROLE regress_other_app;
+SELECT * FROM regress.try($$SELECT wal_enqueue('sec.events', '{"by": "other"}'::jsonb, 'sec-9')$$);
+SELECT * FROM regress.try($$SELECT wal_enqueue_batch('sec.events', ARRAY['{}']::jsonb[])$$);
+RESET ROLE;
+SET ROLE regress_app;
+SELECT wal_enqueue('sec.events', '{"by": "app"}'::jsonb, 'sec-8') IS NOT NULL AS listed_writer_enqueues;
+RESET ROLE;
+UPDATE wal_delivery.topics SET writers = NULL WHERE name = 'sec.events';
 
 -- Every SECURITY DEFINER function of the extension sets search_path.
 SELECT p.oid::regprocedure AS definer_without_search_path

@@ -279,6 +279,9 @@ CREATE TABLE wal_delivery.topics (
     -- How long the worker waits for an HTTP processor's answer. Kept apart from the
     -- lease: the lease fences writers, this bounds one attempt.
     processing_timeout interval NOT NULL DEFAULT '10 seconds',
+    -- The roles whose members may enqueue into the topic; NULL: any writer. Keeps tenants
+    -- that share a database from writing (and probing the keys of) each other's topics.
+    writers regrole[],
     CHECK (acks IN (-1, 1)),
     CHECK (partitions BETWEEN 1 AND 1000 AND replication_factor >= 1),
     CHECK (min_insync_replicas BETWEEN 1 AND replication_factor),
@@ -376,6 +379,10 @@ DECLARE
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.name IS DISTINCT FROM OLD.name THEN
         PERFORM wal_delivery.check_topic_name(NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.name END);
+    END IF;
+    IF NEW.writers IS NOT NULL AND (array_ndims(NEW.writers) > 1 OR array_position(NEW.writers, NULL) IS NOT NULL) THEN
+        PERFORM wal_delivery.refuse_setting(format('writers of topic "%s" must be a list of roles without NULLs', NEW.name),
+            NEW.writers::text, 'For example ARRAY[''billing_app'']::regrole[], or NULL to let any member of wal_delivery_writer write the topic.');
     END IF;
     IF NEW.acks IS NULL OR NEW.acks NOT IN (-1, 1) THEN
         PERFORM wal_delivery.refuse_setting(format('acks of topic "%s" must be -1 (all in-sync replicas) or 1 (leader only)', NEW.name),
@@ -1413,19 +1420,70 @@ LANGUAGE sql STABLE AS $$
     SELECT gen FROM wal_delivery.outbox_generations WHERE sealed_at IS NULL
 $$;
 
--- The id of a record whose key was repeated: the first enqueue wins and this one writes
--- nothing. Raises when the first is not visible (a concurrent transaction committed it
--- after this one's snapshot).
-CREATE FUNCTION wal_delivery.repeated_key_id(p_topic text, p_key text) RETURNS bigint
+-- The id of the record of p_topic with idempotency key p_key, or NULL when there is none,
+-- once it is sure that record is the one given: a key names one record. A repeat with the
+-- same payload, content type, message key and headers is a retry (the first enqueue wins,
+-- this one writes nothing); with anything else it is another record, which would be lost
+-- silently if it got the first one's id: 23W01 (an integrity violation of wal_delivery's).
+CREATE FUNCTION wal_delivery.repeat_of(p_topic text, p_key text, p_payload bytea, p_content_type text,
+                                       p_message_key text, p_headers jsonb)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r record;
+    differs text[];
+BEGIN
+    SELECT * INTO r
+      FROM (SELECT id, payload, content_type, message_key, headers FROM wal_delivery.outbox_rows
+             WHERE topic = p_topic AND idempotency_key = p_key
+            UNION ALL
+            SELECT id, payload, content_type, message_key, headers FROM wal_delivery.outbox_log
+             WHERE gen IN (0, 1, 2) AND topic = p_topic AND idempotency_key = p_key AND caller_key) x
+     LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    differs := array_remove(ARRAY[
+        CASE WHEN r.payload IS DISTINCT FROM p_payload THEN 'payload' END,
+        CASE WHEN r.content_type IS DISTINCT FROM p_content_type THEN 'content type' END,
+        CASE WHEN r.message_key IS DISTINCT FROM p_message_key THEN 'message key' END,
+        CASE WHEN r.headers IS DISTINCT FROM p_headers THEN 'headers' END], NULL);
+    IF differs <> '{}' THEN
+        RAISE EXCEPTION 'idempotency key "%" of topic "%" was already used for a different record (its %)',
+                        p_key, p_topic, array_to_string(differs, ', ')
+            USING ERRCODE = '23W01',
+                  HINT = 'A key names one record: send the same record again to retry it, or give a new record a new key.';
+    END IF;
+    RETURN r.id;
+END $$;
+
+-- The id of a record whose key was repeated (see repeat_of). Raises when the first is not
+-- visible (a concurrent transaction committed it after this one's snapshot).
+CREATE FUNCTION wal_delivery.repeated_key_id(p_topic text, p_key text, p_payload bytea, p_content_type text,
+                                             p_message_key text, p_headers jsonb)
+RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_id bigint := wal_delivery.existing_record_id(p_topic, p_key);
+    v_id bigint := wal_delivery.repeat_of(p_topic, p_key, p_payload, p_content_type, p_message_key, p_headers);
 BEGIN
     IF v_id IS NULL THEN
         RAISE EXCEPTION 'idempotency key "%" of topic "%" was enqueued by a transaction this snapshot cannot see', p_key, p_topic
             USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
     END IF;
     RETURN v_id;
+END $$;
+
+-- Refuses the calling role a topic whose writers list does not name it (or a role it is a
+-- member of). NULL writers: any writer.
+CREATE FUNCTION wal_delivery.check_topic_writer(p_topic text, p_writers regrole[]) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_writers IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM unnest(p_writers) w WHERE pg_has_role(wal_delivery.invoking_role(), w, 'MEMBER')) THEN
+        RAISE EXCEPTION 'role "%" may not write topic "%"', wal_delivery.invoking_role()::regrole, p_topic
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'The topic''s writers (wal_delivery.topics.writers) list the roles that may; an admin can add yours.';
+    END IF;
 END $$;
 
 -- The one place a record enters the outbox; the wal_enqueue overloads call it. A record of
@@ -1443,15 +1501,16 @@ DECLARE
     v_key text := coalesce(p_idempotency_key, gen_random_uuid()::text);
     v_id bigint;
 BEGIN
-    SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing INTO t
+    SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing, writers INTO t
       FROM wal_delivery.topics WHERE name = p_topic;
     IF NOT FOUND THEN
         PERFORM wal_delivery.refuse_topic(p_topic);
     END IF;
+    PERFORM wal_delivery.check_topic_writer(p_topic, t.writers);
     PERFORM wal_delivery.check_record(p_topic, t.max_payload_bytes, NULL, p_payload, v_key, p_key, p_headers);
 
     IF p_idempotency_key IS NOT NULL THEN
-        v_id := wal_delivery.existing_record_id(p_topic, v_key);
+        v_id := wal_delivery.repeat_of(p_topic, v_key, p_payload, p_content_type, p_key, p_headers);
         IF v_id IS NOT NULL THEN
             RETURN v_id;
         END IF;
@@ -1483,7 +1542,7 @@ BEGIN
     END IF;
 
     IF v_id IS NULL THEN
-        RETURN wal_delivery.repeated_key_id(p_topic, v_key);
+        RETURN wal_delivery.repeated_key_id(p_topic, v_key, p_payload, p_content_type, p_key, p_headers);
     END IF;
     PERFORM wal_delivery.wake_relay_at_commit();
     RETURN v_id;
@@ -1540,11 +1599,12 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass ARRAY[...] with one payload per record.';
     END IF;
     PERFORM wal_delivery.check_batch_array('payloads', array_ndims(p_payloads));
-    SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing INTO t
+    SELECT max_payload_bytes, processor IS NOT NULL AS needs_processing, writers INTO t
       FROM wal_delivery.topics WHERE name = p_topic;
     IF NOT FOUND THEN
         PERFORM wal_delivery.refuse_topic(p_topic);
     END IF;
+    PERFORM wal_delivery.check_topic_writer(p_topic, t.writers);
     PERFORM wal_delivery.check_batch_array('idempotency_keys', array_ndims(p_idempotency_keys));
     PERFORM wal_delivery.check_batch_array('keys', array_ndims(p_keys));
     PERFORM wal_delivery.check_batch_array('headers', array_ndims(p_headers));
@@ -1606,6 +1666,10 @@ BEGIN
         RAISE EXCEPTION 'an idempotency key of topic "%" was enqueued by a transaction this snapshot cannot see', p_topic
             USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
     END IF;
+    -- Each caller's key now names a record: the one given, or a repeat_of error.
+    PERFORM wal_delivery.repeat_of(p_topic, u.ikey, u.payload, p_content_type, u.mkey, u.headers)
+       FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+      WHERE p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NOT NULL;
     IF n > 0 THEN
         PERFORM wal_delivery.wake_relay_at_commit();
     END IF;
@@ -1705,7 +1769,12 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
             SELECT jsonb_agg(jsonb_build_object(
                 'name', t.name, 'acks', t.acks,
                 'record_limit', wal_delivery.record_limit(t.max_payload_bytes),
-                'needs_processing', t.processor IS NOT NULL) ORDER BY t.name)
+                'needs_processing', t.processor IS NOT NULL,
+                -- The ingest login's right to write it (topics.writers); the outbox door
+                -- refuses a login that may not, and the service sends such a topic's
+                -- records there, so the same rule answers on both paths.
+                'writable', t.writers IS NULL OR EXISTS (
+                    SELECT 1 FROM unnest(t.writers) w WHERE pg_has_role(session_user, w, 'MEMBER'))) ORDER BY t.name)
               FROM wal_delivery.topics t), '[]'),
         'tokens', coalesce((
             SELECT jsonb_agg(jsonb_build_object(

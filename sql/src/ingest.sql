@@ -69,7 +69,12 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
             SELECT jsonb_agg(jsonb_build_object(
                 'name', t.name, 'acks', t.acks,
                 'record_limit', wal_delivery.record_limit(t.max_payload_bytes),
-                'needs_processing', t.processor IS NOT NULL) ORDER BY t.name)
+                'needs_processing', t.processor IS NOT NULL,
+                -- The ingest login's right to write it (topics.writers); the outbox door
+                -- refuses a login that may not, and the service sends such a topic's
+                -- records there, so the same rule answers on both paths.
+                'writable', t.writers IS NULL OR EXISTS (
+                    SELECT 1 FROM unnest(t.writers) w WHERE pg_has_role(session_user, w, 'MEMBER'))) ORDER BY t.name)
               FROM wal_delivery.topics t), '[]'),
         'tokens', coalesce((
             SELECT jsonb_agg(jsonb_build_object(

@@ -128,7 +128,7 @@ begin_reads(void)
 static bool
 log_topic(text *topic, EnqueueTopic *t, int *gen)
 {
-	if (!enqueue_cached_topic(topic, t) || t->has_processor)
+	if (!enqueue_cached_topic(topic, t) || t->has_processor || t->has_writers)
 		return false;
 	*gen = enqueue_cached_generation();
 	return *gen >= 0;
@@ -163,7 +163,12 @@ enqueue_log_record(Oid door, text *topic, bytea *payload, text *content_type, te
 
 		enqueue_key_lookup_end(lookup);
 		if (seen)
+		{
+			/* A retry of the same record, or the 23W01 error of a different one. */
+			*id = enqueue_repeated_key_id(door, topic, caller_key, payload, content_type,
+										  message_key, headers);
 			return true;
+		}
 	}
 
 	row.id = next_outbox_id();
@@ -180,7 +185,8 @@ enqueue_log_record(Oid door, text *topic, bytea *payload, text *content_type, te
 	if (!inserted)
 	{
 		/* An earlier or concurrent enqueue of the key (or an invisible one: 40001). */
-		*id = enqueue_repeated_key_id(door, topic, caller_key);
+		*id = enqueue_repeated_key_id(door, topic, caller_key, payload, content_type, message_key,
+									  headers);
 		return true;
 	}
 	*id = row.id;
@@ -282,7 +288,7 @@ batch_ids(int n, const int64 *ids)
  * SQL path must take it. Its arguments' shapes are checked by the caller.
  */
 static ArrayType *
-enqueue_log_batch(text *topic, PayloadKind kind, const BatchArray *payloads,
+enqueue_log_batch(Oid door, text *topic, PayloadKind kind, const BatchArray *payloads,
 				  const BatchArray *caller_keys, const BatchArray *message_keys,
 				  const BatchArray *headers)
 {
@@ -348,27 +354,14 @@ enqueue_log_batch(text *topic, PayloadKind kind, const BatchArray *payloads,
 	enqueue_key_lookup_end(lookup);
 	lookup = NULL;
 
-	/* A caller's key whose insert was skipped: a record of this batch or a concurrent one. */
+	/*
+	 * A caller's key seen before, or whose insert was skipped (a record of this batch or a
+	 * concurrent one): the id of the record it names, if it is this record (a retry).
+	 */
 	for (int i = 0; i < n; i++)
-	{
-		if (!rows[i].caller_key || found[i] || inserted[i])
-			continue;
-		if (lookup == NULL)
-		{
-			PopActiveSnapshot();
-			begin_reads();
-			lookup = enqueue_key_lookup_begin(-1);
-		}
-		if (!enqueue_key_lookup(lookup, topic, rows[i].idempotency_key, &ids[i]))
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("an idempotency key of topic \"%s\" was enqueued by a transaction "
-							"this snapshot cannot see",
-							text_to_cstring(topic)),
-					 errhint("Retry the transaction.")));
-	}
-	if (lookup != NULL)
-		enqueue_key_lookup_end(lookup);
+		if (rows[i].caller_key && (found[i] || !inserted[i]))
+			ids[i] = enqueue_repeated_key_id(door, topic, rows[i].idempotency_key, rows[i].payload,
+											 content_type, rows[i].message_key, rows[i].headers);
 	return batch_ids(n, ids);
 }
 
@@ -395,8 +388,8 @@ enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
 		ArrayType *result;
 
 		begin_reads();
-		result = enqueue_log_batch(PG_GETARG_TEXT_PP(0), kind, &payloads, &caller_keys,
-								   &message_keys, &headers);
+		result = enqueue_log_batch(fcinfo->flinfo->fn_oid, PG_GETARG_TEXT_PP(0), kind, &payloads,
+								   &caller_keys, &message_keys, &headers);
 		PopActiveSnapshot();
 		if (result != NULL)
 			PG_RETURN_ARRAYTYPE_P(result);

@@ -145,6 +145,8 @@ enqueue_find_topic(text *name, EnqueueTopic *topic)
 			DatumGetInt32(slot_getattr(slot, column_number(heap, "max_payload_bytes"), &isnull));
 		slot_getattr(slot, column_number(heap, "processor"), &isnull);
 		topic->has_processor = !isnull;
+		slot_getattr(slot, column_number(heap, "writers"), &isnull);
+		topic->has_writers = !isnull;
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);

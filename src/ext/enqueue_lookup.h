@@ -16,6 +16,7 @@ typedef struct EnqueueTopic
 {
 	int32 max_payload_bytes;
 	bool has_processor;
+	bool has_writers; /* a writers list: the SQL path checks the caller against it */
 } EnqueueTopic;
 
 /* The topic's row; false when there is none. */

@@ -92,10 +92,14 @@ nullable(void *p)
 }
 
 int64
-enqueue_repeated_key_id(Oid door, text *topic, text *key)
+enqueue_repeated_key_id(Oid door, text *topic, text *key, bytea *payload, text *content_type,
+						text *message_key, Jsonb *headers)
 {
 	static SPIPlanPtr plan;
-	Datum values[2] = {PointerGetDatum(topic), PointerGetDatum(key)};
+	Datum values[6] = {PointerGetDatum(topic),       PointerGetDatum(key),
+					   PointerGetDatum(payload),     PointerGetDatum(content_type),
+					   PointerGetDatum(message_key), PointerGetDatum(headers)};
+	char nulls[6] = {' ', ' ', ' ', ' ', message_key ? ' ' : 'n', headers ? ' ' : 'n'};
 	Caller caller;
 	bool isnull;
 	int64 id;
@@ -103,11 +107,11 @@ enqueue_repeated_key_id(Oid door, text *topic, text *key)
 	spi_connect(door, &caller);
 	if (plan == NULL)
 	{
-		Oid types[2] = {TEXTOID, TEXTOID};
+		Oid types[6] = {TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, JSONBOID};
 
-		plan = keep_plan("SELECT wal_delivery.repeated_key_id($1, $2)", 2, types);
+		plan = keep_plan("SELECT wal_delivery.repeated_key_id($1, $2, $3, $4, $5, $6)", 6, types);
 	}
-	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (SPI_execute_plan(plan, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "wal_delivery.repeated_key_id failed");
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	spi_finish(&caller);

@@ -12,8 +12,12 @@
 #include "utils/array.h"
 #include "utils/jsonb.h"
 
-/* wal_delivery.repeated_key_id(): the id, or the 40001 error it raises. */
-int64 enqueue_repeated_key_id(Oid door, text *topic, text *key);
+/*
+ * wal_delivery.repeated_key_id(): the id of the record the key names, or the error it
+ * raises (40001 when it is not visible, 23W01 when it is a different record).
+ */
+int64 enqueue_repeated_key_id(Oid door, text *topic, text *key, bytea *payload, text *content_type,
+							  text *message_key, Jsonb *headers);
 
 /*
  * The SQL path: what wal_enqueue did before C (wal_delivery.enqueue_payload), for every

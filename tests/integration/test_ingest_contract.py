@@ -174,3 +174,41 @@ def test_the_sql_door_refuses_what_the_ingest_door_refuses():
             conn.execute("SELECT wal_delivery.ingest_enqueue_batch('contract.sql', %s,"
                          " ARRAY['\\x00'::bytea], ARRAY['k'], ARRAY[NULL], ARRAY[NULL]::jsonb[])",
                          ("text/plain; name=\u00e9",))
+
+
+def test_a_key_repeated_with_a_different_record_is_409_on_the_outbox_path(ingest, topics):
+    """The outbox door knows every key of a topic: the same record again is the same
+    record (202, same id); a different record under the key is 409, not a silent 202 that
+    would lose it. (The direct Kafka path does not look keys up: destinations dedupe.)"""
+    plain, proc, token = topics
+    key = "conflict-" + uuid.uuid4().hex[:8]
+    first = post_raw(ingest.port, proc, token, [b"Idempotency-Key: " + key.encode()], b"A")
+    again = post_raw(ingest.port, proc, token, [b"Idempotency-Key: " + key.encode()], b"A")
+    other = post_raw(ingest.port, proc, token, [b"Idempotency-Key: " + key.encode()], b"B")
+    assert first[0] == again[0] == 202
+    assert answer_json(*first[:2])["outbox_id"] == answer_json(*again[:2])["outbox_id"]
+    answer = answer_json(*other[:2])
+    assert other[0] == 409 and answer["error"] == "idempotency_key_conflict", answer
+    with connect() as conn:
+        assert conn.execute("SELECT convert_from(payload, 'UTF8') FROM wal_delivery.outbox"
+                            " WHERE topic = %s AND idempotency_key = %s", (proc, key)).fetchall() == [("A",)]
+
+
+def test_a_topic_whose_writers_leave_out_the_ingest_login_is_403_on_both_paths(ingest, topics):
+    from consumer_helpers import wait_published
+    plain, proc, token = topics
+    with connect() as conn:
+        conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tenant_a')"
+                     " THEN CREATE ROLE tenant_a; END IF; END $$")
+        conn.execute("UPDATE wal_delivery.topics SET writers = ARRAY['tenant_a']::regrole[]"
+                     " WHERE name IN (%s, %s)", (plain, proc))
+        wait_published(conn)
+    for topic in (plain, proc):
+        status, raw, _ = (None, b"", {})
+        for _ in range(100):  # until the ingest follows the new config version
+            status, raw, _ = post_raw(ingest.port, topic, token, [], b"{}")
+            if status != 201:
+                break
+        answer = answer_json(status, raw)
+        assert status == 403 and answer["error"] == "forbidden", (topic, answer)
+    assert outbox_count(proc) == 0

@@ -218,12 +218,16 @@ def test_a_writers_search_path_cannot_change_what_the_door_runs(writers, unique)
         with connect(user=role) as app:
             app.execute(f"SET search_path = {evil}, pg_catalog")
             one = app.execute("SELECT wal_enqueue(%s, '{\"n\": 1}'::jsonb, 'k1')", (log_topic,)).fetchone()[0]
-            assert app.execute("SELECT wal_enqueue(%s, '{\"n\": 2}'::jsonb, 'k1')", (log_topic,)).fetchone()[0] == one
+            assert app.execute("SELECT wal_enqueue(%s, '{\"n\": 1}'::jsonb, 'k1')", (log_topic,)).fetchone()[0] == one
+            with pytest.raises(psycopg.errors.IntegrityError, match="different record"):
+                app.execute("SELECT wal_enqueue(%s, '{\"n\": 2}'::jsonb, 'k1')", (log_topic,))
             generated = app.execute("SELECT wal_enqueue(%s, 'text body')", (log_topic,)).fetchone()[0]
             processed = app.execute("SELECT wal_enqueue(%s, '\\x01'::bytea, 'p1', 'mk')", (proc_topic,)).fetchone()[0]
-            assert app.execute("SELECT wal_enqueue(%s, '\\x02'::bytea, 'p1')", (proc_topic,)).fetchone()[0] \
+            assert app.execute("SELECT wal_enqueue(%s, '\\x01'::bytea, 'p1', 'mk')", (proc_topic,)).fetchone()[0] \
                 == processed
-            batch = app.execute("SELECT wal_enqueue_batch(%s, ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY['b1', 'k1'])",
+            with pytest.raises(psycopg.errors.IntegrityError, match="different record"):
+                app.execute("SELECT wal_enqueue(%s, '\\x02'::bytea, 'p1')", (proc_topic,))
+            batch = app.execute("SELECT wal_enqueue_batch(%s, ARRAY['{}'::jsonb, '{\"n\": 1}'::jsonb], ARRAY['b1', 'k1'])",
                                 (log_topic,)).fetchone()[0]
             assert batch[1] == one
             proc_batch = app.execute("SELECT wal_enqueue_batch(%s, ARRAY['a', 'b'], ARRAY['p2', NULL])",

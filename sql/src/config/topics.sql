@@ -22,6 +22,9 @@ CREATE TABLE wal_delivery.topics (
     -- How long the worker waits for an HTTP processor's answer. Kept apart from the
     -- lease: the lease fences writers, this bounds one attempt.
     processing_timeout interval NOT NULL DEFAULT '10 seconds',
+    -- The roles whose members may enqueue into the topic; NULL: any writer. Keeps tenants
+    -- that share a database from writing (and probing the keys of) each other's topics.
+    writers regrole[],
     CHECK (acks IN (-1, 1)),
     CHECK (partitions BETWEEN 1 AND 1000 AND replication_factor >= 1),
     CHECK (min_insync_replicas BETWEEN 1 AND replication_factor),
@@ -119,6 +122,10 @@ DECLARE
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.name IS DISTINCT FROM OLD.name THEN
         PERFORM wal_delivery.check_topic_name(NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.name END);
+    END IF;
+    IF NEW.writers IS NOT NULL AND (array_ndims(NEW.writers) > 1 OR array_position(NEW.writers, NULL) IS NOT NULL) THEN
+        PERFORM wal_delivery.refuse_setting(format('writers of topic "%s" must be a list of roles without NULLs', NEW.name),
+            NEW.writers::text, 'For example ARRAY[''billing_app'']::regrole[], or NULL to let any member of wal_delivery_writer write the topic.');
     END IF;
     IF NEW.acks IS NULL OR NEW.acks NOT IN (-1, 1) THEN
         PERFORM wal_delivery.refuse_setting(format('acks of topic "%s" must be -1 (all in-sync replicas) or 1 (leader only)', NEW.name),

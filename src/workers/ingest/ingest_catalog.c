@@ -123,6 +123,7 @@ ingest_catalog_parse(const char *json, int64_t version, char *errbuf, size_t err
 		t->acks = (int) json_integer_value(json_object_get(item, "acks"));
 		t->record_limit = (int) json_integer_value(json_object_get(item, "record_limit"));
 		t->needs_processing = json_is_true(json_object_get(item, "needs_processing"));
+		t->writable = !json_is_false(json_object_get(item, "writable"));
 		c->n_topics++;
 	}
 	json_array_foreach(tokens, i, item)

@@ -20,6 +20,7 @@ typedef struct ingest_topic
 	int acks;
 	int record_limit;
 	bool needs_processing;
+	bool writable; /* the login may write it (topics.writers); if not, the outbox refuses it */
 } ingest_topic;
 
 typedef struct ingest_token

@@ -233,6 +233,10 @@ status_for(const char *state)
 		return 503;
 	if (strcmp(state, "42704") == 0)
 		return 404;
+	if (strcmp(state, "42501") == 0)
+		return 403;
+	if (strcmp(state, "23W01") == 0)
+		return 409; /* the key names a different record */
 	if (strcmp(state, "54000") == 0)
 		return 413;
 	if (strncmp(state, "22", 2) == 0 || strcmp(state, "2202E") == 0)
@@ -326,7 +330,11 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 			enqueue_group(db, &recs[i], 1);
 		return;
 	}
-	ingest_kafka_outbox_failed(recs[0], status_for(state), "refused_by_database", why);
+	ingest_kafka_outbox_failed(recs[0], status_for(state),
+							   status_for(state) == 409   ? "idempotency_key_conflict"
+							   : status_for(state) == 403 ? "forbidden"
+														  : "refused_by_database",
+							   why);
 }
 
 static bool

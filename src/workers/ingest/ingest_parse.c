@@ -62,7 +62,8 @@ set_topic(ingest_record *r, const ingest_topic *topic)
 {
 	r->topic = must_strndup(topic->name, strlen(topic->name));
 	r->acks = topic->acks;
-	r->needs_processing = topic->needs_processing;
+	/* A topic the login may not write goes to the outbox door, which refuses it (403). */
+	r->needs_processing = topic->needs_processing || !topic->writable;
 }
 
 bool
