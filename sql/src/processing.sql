@@ -436,6 +436,59 @@ END $$;
 CREATE TRIGGER check_processing_settings BEFORE INSERT OR UPDATE ON wal_delivery.settings
     FOR EACH ROW EXECUTE FUNCTION wal_delivery.check_processing_settings();
 
+-- The one place a SQL processor runs: a SECURITY DEFINER function owned by
+-- settings.processing_role. Postgres refuses SET ROLE, RESET ROLE, SET SESSION
+-- AUTHORIZATION and set_config('role') inside a security-definer function, so a processor
+-- has the processing role's rights and nothing of the session it runs in (the worker's
+-- login, whose routines read every signing secret). The processor's name is resolved
+-- here, as the processing role: it is the one that needs the schema.
+CREATE FUNCTION wal_delivery.call_sql_processor(p_processor text, p_payload bytea) RETURNS bytea
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    fn regprocedure := to_regprocedure(p_processor || '(bytea)');
+    call text;
+    result bytea;
+BEGIN
+    IF fn IS NULL THEN
+        RAISE EXCEPTION 'processor function %(bytea) does not exist', p_processor
+            USING ERRCODE = 'undefined_function';
+    END IF;
+    SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
+    EXECUTE call INTO result USING p_payload;
+    RETURN result;
+END $$;
+
+-- call_sql_processor belongs to the processing role, whichever it is now.
+CREATE FUNCTION wal_delivery.own_sql_processor_call() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.processing_role IS DISTINCT FROM OLD.processing_role THEN
+        EXECUTE format('ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) OWNER TO %I', NEW.processing_role);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER own_sql_processor_call AFTER INSERT OR UPDATE ON wal_delivery.settings
+    FOR EACH ROW EXECUTE FUNCTION wal_delivery.own_sql_processor_call();
+
+-- Why call_sql_processor cannot be trusted, or NULL. Its owner, the processing role, may
+-- ALTER it (SECURITY INVOKER, another search_path): a processor could do so to run the
+-- next one with the worker's rights. So it is checked before each call.
+CREATE FUNCTION wal_delivery.sql_processor_call_problem(p_processing_role text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p.oid IS NULL THEN 'wal_delivery.call_sql_processor is missing'
+                WHEN NOT p.prosecdef OR p.proowner <> to_regrole(p_processing_role)
+                     OR p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
+                THEN format('wal_delivery.call_sql_processor was altered (SECURITY DEFINER %s, owner %s, %s); '
+                            'no SQL processor runs until an admin restores it: ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) '
+                            'SECURITY DEFINER SET search_path = pg_catalog, pg_temp, then find the processor that altered it',
+                            p.prosecdef, p.proowner::regrole, coalesce(array_to_string(p.proconfig, ' '), 'no settings'))
+           END
+      FROM (SELECT 1) one
+      LEFT JOIN pg_proc p ON p.oid = to_regprocedure('wal_delivery.call_sql_processor(text, bytea)')
+$$;
+
 -- Starts the attempt on one row its caller holds: locks it and, when the row has already
 -- waited (for other rows of its batch) more than a tenth of its lease or a second, starts
 -- the lease again from now, so a row never spends its lease waiting for another row's
@@ -490,8 +543,9 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Runs the SQL processor of one row its caller holds and writes the outcome. Not SECURITY
--- DEFINER: the topic's function runs as settings.processing_role (SET LOCAL ROLE), never
--- with the extension owner's rights, and never in a superuser's session. The call is a
+-- DEFINER: the topic's function runs as settings.processing_role inside
+-- call_sql_processor (where no SET ROLE works), never with the extension owner's rights
+-- nor the worker's, and never in a superuser's session. The call is a
 -- subtransaction: whatever the processor wrote is undone unless its result is stored, so
 -- a processor that raises, returns something unusable, is cancelled or is late leaves
 -- nothing behind. A processor that outlives the caller's statement_timeout (the worker
@@ -502,13 +556,11 @@ CREATE FUNCTION wal_delivery.run_sql_processor_row(p_id bigint, p_lease_token bi
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     held record;
-    fn regprocedure;
     call text;
     result bytea;
     err text;
     discarding boolean := false;
     late boolean := false;
-    caller_role text := current_setting('role');
 BEGIN
     timed_out := false;
     SELECT * INTO held FROM wal_delivery.start_processing_row(p_id, p_lease_token);
@@ -521,22 +573,21 @@ BEGIN
         err := format('the topic''s processor is no longer a SQL function (%s)', coalesce(held.processor_kind, 'none'));
     ELSE
         err := coalesce(wal_delivery.processing_session_problem(),
-                        'processing_role cannot run processors: ' || wal_delivery.processing_role_problem(held.processing_role));
+                        'processing_role cannot run processors: ' || wal_delivery.processing_role_problem(held.processing_role),
+                        wal_delivery.sql_processor_call_problem(held.processing_role));
     END IF;
     IF err IS NULL THEN
         BEGIN
-            PERFORM set_config('role', held.processing_role, true);
-            -- Resolved as the processing role: it is the one that needs the schema.
-            fn := to_regprocedure(held.processor || '(bytea)');
-            IF fn IS NULL THEN
-                err := format('processor function %s(bytea) does not exist', held.processor);
+            BEGIN
+                result := wal_delivery.call_sql_processor(held.processor, held.payload);
+            EXCEPTION WHEN undefined_function THEN
+                IF SQLERRM NOT LIKE 'processor function %' THEN
+                    RAISE;  -- the processor's own error
+                END IF;
+                err := SQLERRM;
                 discarding := true;
                 RAISE EXCEPTION 'discarded';
-            END IF;
-            SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
-              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
-            EXECUTE call INTO result USING held.payload;
-            PERFORM set_config('role', caller_role, true);
+            END;
             late := clock_timestamp() >= held.lease_until;
             IF NOT late THEN
                 err := wal_delivery.processed_payload_problem(result, held.content_type, held.max_payload_bytes);

@@ -21,6 +21,8 @@ BEGIN
 END $$;
 -- The workers (admin members) SET ROLE to it around each SQL processor call.
 GRANT wal_delivery_processor TO wal_delivery_admin;
+-- SQL processors run inside call_sql_processor, owned by the processing role (processing.sql).
+ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) OWNER TO wal_delivery_processor;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA wal_delivery FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA wal_delivery FROM PUBLIC;
@@ -113,6 +115,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
                           wal_delivery.start_processing_row(bigint, bigint),
                           wal_delivery.processing_role_problem(text),
                           wal_delivery.processing_session_problem(),
+                          wal_delivery.sql_processor_call_problem(text),
+                          wal_delivery.call_sql_processor(text, bytea),
                           wal_delivery.hold_processing_rows(bigint[], bigint[]),
                           wal_delivery.purge_finished_rows(integer)
     TO wal_delivery_admin;
@@ -208,6 +212,8 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.start_processing_row(bigint, bigint),
     wal_delivery.processing_role_problem(text),
     wal_delivery.processing_session_problem(),
+    wal_delivery.sql_processor_call_problem(text),
+    wal_delivery.call_sql_processor(text, bytea),
     wal_delivery.processed_payload_problem(bytea, text, integer),
     wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
     TO wal_delivery_worker;

@@ -1,0 +1,153 @@
+"""A SQL processor holds settings.processing_role's rights and nothing more, whatever SQL
+it runs, with a real `wal-worker process` logged in as a member of wal_delivery_worker
+(issue 29, item 1). The attacker is the README's processor owner: a login with only
+wal_delivery_writer that owns the processor's schema. Its processor tries every way out
+it can think of, catches each failure (so the record ships unchanged and nobody would
+notice) and writes what it got into a table of its own. Nothing it writes may hold a
+destination's signing secret or say that an attempt worked."""
+import time
+
+import psycopg
+import pytest
+
+from conftest import connect
+from consumer_helpers import Worker, add_destination, free_port
+from process_helpers import WORKER_ROLE, ensure_worker_role, make_processing_topic
+from relay_helpers import ensure_extension, wait_until
+
+SECRET = "whsec_boundary_test_secret_value"
+
+# (name, SQL the processor runs; its text result, if any, is what it got)
+ATTEMPTS = [
+    ("reset role", "RESET ROLE; got := wal_delivery.worker_config()::text"),
+    ("set role worker", "SET ROLE wal_delivery_worker; got := wal_delivery.worker_config()::text"),
+    ("set session authorization",
+     "SET SESSION AUTHORIZATION DEFAULT; got := wal_delivery.worker_config()::text"),
+    ("set_config role", "PERFORM set_config('role', 'none', true); got := wal_delivery.worker_config()::text"),
+    ("worker_config as itself", "got := wal_delivery.worker_config()::text"),
+    ("read the secrets", "SELECT string_agg(s::text, ',') INTO got FROM wal_delivery.destination_secrets s"),
+    ("read a server file", "got := pg_read_file('/etc/hostname')"),
+    ("import a large object", "got := lo_import('/etc/hostname')::text"),
+    ("pause a destination",
+     "PERFORM wal_delivery.pause_destination('boundary', 1, 'evil', interval '1 hour'); got := 'paused'"),
+    ("file a dead letter",
+     "PERFORM wal_delivery.ingest_dead_letter('t', 0, 0, 'k', 'boundary', 'evil', 0, 'x', '\\x00'::bytea, 1,"
+     " 'x', '{}'::jsonb); got := 'filed'"),
+    ("replace the wrapper",
+     "CREATE OR REPLACE FUNCTION wal_delivery.call_sql_processor(p text, b bytea) RETURNS bytea"
+     " LANGUAGE sql AS 'SELECT b'; got := 'replaced'"),
+]
+
+
+def processor_body(loot):
+    blocks = "\n".join(
+        f"""    BEGIN
+        got := NULL;
+        {sql};
+        INSERT INTO {loot} VALUES ({i}, 'GOT ' || coalesce(got, '<null>'));
+    EXCEPTION WHEN OTHERS THEN
+        INSERT INTO {loot} VALUES ({i}, 'blocked: ' || SQLERRM);
+    END;""" for i, (_, sql) in enumerate(ATTEMPTS))
+    return f"""DECLARE got text;
+BEGIN
+{blocks}
+    RETURN b;
+END"""
+
+
+@pytest.fixture
+def attacker(unique):
+    """A writer login owning schema tenant_<unique>, with a loot table the processing role
+    may write (the owner grants it, as it would to make its processor work)."""
+    ensure_extension()
+    login, schema = f"tenant_owner_{unique}", f"tenant_{unique}"
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
+    with connect(user=login) as owner:
+        owner.execute(f"CREATE TABLE {schema}.loot (attempt int, what text)")
+        owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO wal_delivery_processor")
+        owner.execute(f"GRANT INSERT ON {schema}.loot TO wal_delivery_processor")
+        owner.execute(f"CREATE FUNCTION {schema}.fn(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$"
+                      f"{processor_body(schema + '.loot')}$$")
+    yield login, schema
+    with connect() as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.execute(f"DROP OWNED BY {login}")
+        conn.execute(f"DROP ROLE {login}")
+
+
+def test_a_processor_gets_nothing_of_the_worker_it_runs_in(tmp_path, attacker, unique):
+    login, schema = attacker
+    topic = f"boundary.{unique}"
+    with connect() as conn:
+        add_destination(conn, f"boundary-{unique}", f"http://127.0.0.1:{free_port()}/", [],
+                        secret=SECRET)
+        make_processing_topic(conn, topic, "sql", f"{schema}.fn")
+    with connect(user=login) as owner:
+        owner.execute("SELECT wal_enqueue(%s, '{\"order\": 42}'::jsonb, 'boundary-1')", (topic,))
+    worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE} application_name=boundary")
+    try:
+        with connect() as conn:
+            wait_until(lambda: conn.execute(
+                "SELECT state FROM wal_delivery.outbox WHERE topic = %s", (topic,)).fetchone()[0]
+                in ("processed", "stored"), 60, what="the record processed")
+            loot = dict(conn.execute(f"SELECT attempt, what FROM {schema}.loot").fetchall())
+            # The record shipped unchanged, as the attacker meant.
+            assert conn.execute("SELECT convert_from(processed_payload, 'UTF8') FROM wal_delivery.outbox"
+                                " WHERE topic = %s", (topic,)).fetchone()[0] == '{"order": 42}'
+    finally:
+        worker.stop()
+    assert len(loot) == len(ATTEMPTS), loot
+    for i, (name, _) in enumerate(ATTEMPTS):
+        assert SECRET not in loot[i], f"{name}: the processor read a signing secret"
+        assert loot[i].startswith("blocked: "), f"{name} worked: {loot[i][:200]}"
+
+
+def test_a_processor_that_alters_its_wrapper_stops_processing_instead_of_escaping(
+        tmp_path, unique):
+    """The processing role owns call_sql_processor, so a processor can ALTER it (SECURITY
+    INVOKER) where the processing role may see schema wal_delivery (the default one may
+    not; an operator may have granted it). The next row is then refused with a message
+    saying so, instead of running its processor with the worker's rights."""
+    ensure_extension()
+    schema = f"alter_{unique}"
+    topic = f"boundary.alter.{unique}"
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute("GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_processor")
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO wal_delivery_processor")
+        conn.execute(f"CREATE TABLE {schema}.seen (who text)")
+        conn.execute(f"GRANT INSERT ON {schema}.seen TO wal_delivery_processor")
+        conn.execute(f"""CREATE FUNCTION {schema}.fn(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO {schema}.seen VALUES (current_user);
+                ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) SECURITY INVOKER;
+                RETURN b;
+            END $$""")
+        conn.execute(f"GRANT EXECUTE ON FUNCTION {schema}.fn(bytea) TO wal_delivery_processor")
+        make_processing_topic(conn, topic, "sql", f"{schema}.fn", processing_max_attempts=1)
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'first')", (topic,))
+    worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE} application_name=alter")
+    try:
+        with connect() as conn:
+            wait_until(lambda: conn.execute(
+                "SELECT state FROM wal_delivery.outbox WHERE topic = %s AND idempotency_key = 'first'",
+                (topic,)).fetchone()[0] in ("processed", "stored"), 60, what="the first record")
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'second')", (topic,))
+            wait_until(lambda: conn.execute(
+                "SELECT state FROM wal_delivery.outbox WHERE topic = %s AND idempotency_key = 'second'",
+                (topic,)).fetchone()[0] == "dead", 60, what="the second record refused")
+            error = conn.execute("SELECT last_error FROM wal_delivery.dead_letters"
+                                 " WHERE topic = %s AND idempotency_key = 'second'", (topic,)).fetchone()[0]
+            assert "call_sql_processor was altered" in error, error
+            # The second processor never ran, with the worker's rights or any other.
+            assert conn.execute(f"SELECT who FROM {schema}.seen").fetchall() == [("wal_delivery_processor",)]
+    finally:
+        worker.stop()
+        with connect() as conn:
+            conn.execute("ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) SECURITY DEFINER")
+            conn.execute("REVOKE USAGE ON SCHEMA wal_delivery FROM wal_delivery_processor")
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
