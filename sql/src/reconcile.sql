@@ -21,7 +21,10 @@ CREATE TABLE wal_delivery.kafka_topics (
     -- once it does. Kept from the last round that could tell when Kafka did not answer.
     in_kafka boolean NOT NULL DEFAULT false,
     kafka_partitions integer,                    -- as Kafka has it
-    max_message_bytes integer                    -- asked for (max.message.bytes)
+    max_message_bytes integer,                   -- asked for (max.message.bytes)
+    -- wal_delivery created it in Kafka; otherwise its settings are someone else's unless
+    -- the topic's row adopts it (topics.adopt)
+    created boolean NOT NULL DEFAULT false
 );
 
 -- What Kafka must accept beyond a topic's max_payload_bytes: the relay's headers, a retry
@@ -36,11 +39,17 @@ LANGUAGE sql IMMUTABLE AS 'SELECT 65536';
 -- DLQ take a copy of any topic's record, so theirs follows the largest topic.
 CREATE FUNCTION wal_delivery.desired_kafka_topics()
 RETURNS TABLE (topic text, role text, partitions integer, replication_factor smallint,
-               min_insync_replicas smallint, retention_ms bigint, max_message_bytes integer)
+               min_insync_replicas smallint, retention_ms bigint, max_message_bytes integer,
+               managed boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    -- managed: the reconciler may add partitions and set its settings. A main topic is
+    -- when wal_delivery created it or its row adopts it (topics.adopt); the retry steps,
+    -- the pause topic and the DLQ are wal_delivery's by their names. A topic missing from
+    -- Kafka is created either way.
     SELECT t.name, 'main', t.partitions, t.replication_factor, t.min_insync_replicas,
            (extract(epoch FROM t.retention) * 1000)::bigint,
-           t.max_payload_bytes + wal_delivery.kafka_message_headroom()
+           t.max_payload_bytes + wal_delivery.kafka_message_headroom(),
+           t.adopt OR coalesce((SELECT k.created FROM wal_delivery.kafka_topics k WHERE k.topic = t.name), false)
       FROM wal_delivery.topics t
     UNION ALL
     SELECT i.topic, CASE i.what WHEN 'DLQ topic' THEN 'dlq' WHEN 'pause topic' THEN 'pauses' ELSE 'retry' END,
@@ -49,7 +58,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            s.internal_topic_replication_factor, s.internal_topic_min_insync_replicas,
            (extract(epoch FROM s.retry_dlq_retention) * 1000)::bigint,
            (SELECT coalesce(max(max_payload_bytes), 1000000) FROM wal_delivery.topics)
-               + wal_delivery.kafka_message_headroom()
+               + wal_delivery.kafka_message_headroom(),
+           true
       FROM wal_delivery.settings s, wal_delivery.internal_topic_names(s.retry_topic_prefix, s.dlq_topic) i
 $$;
 
@@ -88,17 +98,17 @@ DECLARE
 BEGIN
     INSERT INTO wal_delivery.kafka_topics AS k (topic, role, partitions, replication_factor,
         min_insync_replicas, retention, ready, error, error_is_permanent, config_version, reconciled_at,
-        in_kafka, kafka_partitions, max_message_bytes)
+        in_kafka, kafka_partitions, max_message_bytes, created)
     SELECT DISTINCT ON (r.topic) r.topic, r.role, r.partitions, r.replication_factor, r.min_insync_replicas,
            make_interval(secs => r.retention_ms / 1000.0), coalesce(r.ready, false), r.error,
            coalesce(r.permanent, false), p_version, now(),
            coalesce(r."exists", known.in_kafka, false),
            CASE WHEN r."exists" IS NULL THEN known.kafka_partitions ELSE r.kafka_partitions END,
-           r.max_message_bytes
+           r.max_message_bytes, coalesce(known.created, false) OR coalesce(r.created, false)
       FROM jsonb_to_recordset(p_results) AS r(topic text, role text, partitions integer,
            replication_factor smallint, min_insync_replicas smallint, retention_ms bigint,
            max_message_bytes integer, "exists" boolean, kafka_partitions integer,
-           ready boolean, error text, permanent boolean)
+           ready boolean, error text, permanent boolean, created boolean)
       LEFT JOIN wal_delivery.kafka_topics known ON known.topic = r.topic
      ORDER BY r.topic, r.role = 'main'   -- a retry step or the DLQ first, should one collide
     ON CONFLICT (topic) DO UPDATE SET
@@ -109,7 +119,7 @@ BEGIN
         error_is_permanent = excluded.error_is_permanent,
         config_version = excluded.config_version, reconciled_at = excluded.reconciled_at,
         in_kafka = excluded.in_kafka, kafka_partitions = excluded.kafka_partitions,
-        max_message_bytes = excluded.max_message_bytes;
+        max_message_bytes = excluded.max_message_bytes, created = excluded.created;
     -- Topics no longer configured are forgotten here; Kafka keeps them (and their data).
     DELETE FROM wal_delivery.kafka_topics
      WHERE topic NOT IN (SELECT r->>'topic' FROM jsonb_array_elements(p_results) r);

@@ -123,6 +123,8 @@ create_producer(const char *bootstrap, const char *properties, int delivery_time
 	if (!set_property(conf, "client.id", "wal_delivery_relay", errbuf, errbuf_size) ||
 		!set_property(conf, "message.timeout.ms", timeout, errbuf, errbuf_size) ||
 		!set_property(conf, "log.queue", "true", errbuf, errbuf_size) ||
+		/* Topics are the reconciler's to make; a produce never asks the broker for one. */
+		!set_property(conf, "allow.auto.create.topics", "false", errbuf, errbuf_size) ||
 		!set_property(conf, "enable.idempotence", idempotent ? "true" : "false", errbuf,
 					  errbuf_size) ||
 		!set_property(conf, "acks", idempotent ? "all" : "1", errbuf, errbuf_size) ||

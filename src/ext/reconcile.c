@@ -66,6 +66,7 @@ typedef struct DesiredTopic
 	int min_insync_replicas;
 	int64 retention_ms;
 	int max_message_bytes;
+	bool managed; /* wal_delivery created it or its row adopts it: its settings are ours */
 	char *owned_values[N_OWNED_CONFIGS]; /* the owned settings as Kafka writes them */
 	/* what Kafka has */
 	int exists;                /* 1, 0, or -1 when Kafka did not say */
@@ -73,6 +74,9 @@ typedef struct DesiredTopic
 	ConfigOverride *overrides; /* its own settings, from DescribeConfigs */
 	int n_overrides;
 	bool config_differs; /* an owned setting is not what we ask for */
+	bool compacted;      /* its cleanup.policy compacts: records without a key are refused */
+	int64 kafka_max_message_bytes; /* Kafka's max.message.bytes, -1 when not read */
+	bool created;                  /* created by this round (not by someone else meanwhile) */
 	/* outcome */
 	bool ready;
 	bool permanent;
@@ -158,7 +162,8 @@ read_desired_topics(int *count, int64 *version, bool *due)
 		*due = *version > published;
 
 		if (SPI_execute("SELECT topic, role, partitions, replication_factor, min_insync_replicas,"
-						" retention_ms, max_message_bytes FROM wal_delivery.desired_kafka_topics()"
+						" retention_ms, max_message_bytes, managed"
+						" FROM wal_delivery.desired_kafka_topics()"
 						" ORDER BY topic",
 						true, 0) == SPI_OK_SELECT)
 		{
@@ -178,6 +183,8 @@ read_desired_topics(int *count, int64 *version, bool *due)
 				topics[i].min_insync_replicas = DatumGetInt16(SPI_getbinval(tup, desc, 5, &isnull));
 				topics[i].retention_ms = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
 				topics[i].max_message_bytes = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+				topics[i].managed = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+				topics[i].kafka_max_message_bytes = -1;
 				topics[i].owned_values[0] = psprintf(INT64_FORMAT, topics[i].retention_ms);
 				topics[i].owned_values[1] = psprintf("%d", topics[i].min_insync_replicas);
 				topics[i].owned_values[2] = psprintf("%d", topics[i].max_message_bytes);
@@ -340,7 +347,16 @@ create_topics(DesiredTopic **missing, int n, int live_brokers)
 			{
 				rd_kafka_resp_err_t err = rd_kafka_topic_result_error(results[r]);
 
-				/* Created meanwhile by someone else: as good as created. */
+				DesiredTopic *t = find_topic(missing, n, rd_kafka_topic_result_name(results[r]));
+
+				/*
+				 * It was missing when this round looked: ours, even if it appeared in the
+				 * meantime (a broker that auto-creates topics on a client's metadata request
+				 * does that). A topic that existed before is not (keep_foreign_topic).
+				 */
+				if (t != NULL)
+					t->created = err == RD_KAFKA_RESP_ERR_NO_ERROR ||
+								 err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS;
 				if (err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
 					err = RD_KAFKA_RESP_ERR_NO_ERROR;
 				admin_topic_result(missing, n, rd_kafka_topic_result_name(results[r]), err,
@@ -419,6 +435,11 @@ read_topic_configs(DesiredTopic *t, const rd_kafka_ConfigResource_t *resource)
 		const char *name = rd_kafka_ConfigEntry_name(entries[e]);
 		const char *value = rd_kafka_ConfigEntry_value(entries[e]);
 		bool owned = false;
+
+		if (strcmp(name, "cleanup.policy") == 0 && value != NULL)
+			t->compacted = strstr(value, "compact") != NULL;
+		if (strcmp(name, "max.message.bytes") == 0 && value != NULL)
+			t->kafka_max_message_bytes = strtoll(value, NULL, 10);
 
 		for (int c = 0; c < N_OWNED_CONFIGS; c++)
 			if (strcmp(name, owned_config_names[c]) == 0)
@@ -528,6 +549,47 @@ alter_topic_configs(DesiredTopic **topics, int n)
 	rd_kafka_queue_destroy(queue);
 }
 
+/*
+ * A topic that exists in Kafka, which wal_delivery did not create and its row does not
+ * adopt: another application's, perhaps. Nothing is altered and nothing is shipped into it
+ * (reported as not in Kafka, so its records wait); the row's status says why and what
+ * contradicts the row.
+ */
+static void
+keep_foreign_topic(DesiredTopic *t)
+{
+	StringInfoData why;
+
+	initStringInfo(&why);
+	appendStringInfoString(&why,
+						   "exists in Kafka but wal_delivery did not create it: its settings are "
+						   "left alone and nothing is shipped into it until its row in "
+						   "wal_delivery.topics says adopt = true");
+	if (t->compacted)
+		appendStringInfoString(&why, "; it is compacted (cleanup.policy), which drops records "
+									 "and refuses those without a message key");
+	if (t->kafka_max_message_bytes >= 0 && t->kafka_max_message_bytes < t->max_message_bytes)
+		appendStringInfo(&why,
+						 "; its max.message.bytes is " INT64_FORMAT ", under the %d the row needs",
+						 t->kafka_max_message_bytes, t->max_message_bytes);
+	t->ready = false;
+	t->permanent = true;
+	t->exists = 0;
+	t->error = why.data;
+}
+
+/* A compacted topic would drop records and refuse keyless ones: nothing is shipped there. */
+static void
+refuse_compacted_topic(DesiredTopic *t)
+{
+	t->ready = false;
+	t->permanent = true;
+	t->exists = 0;
+	t->error = pstrdup("its cleanup.policy compacts, which drops records and refuses those "
+					   "without a message key: set cleanup.policy=delete in Kafka (wal_delivery "
+					   "does not change it)");
+}
+
 /* The owned settings of existing topics, changed only where Kafka differs. */
 static void
 apply_topic_configs(DesiredTopic **existing, int n)
@@ -537,8 +599,23 @@ apply_topic_configs(DesiredTopic **existing, int n)
 
 	describe_topic_configs(existing, n);
 	for (int i = 0; i < n; i++)
-		if (existing[i]->ready && existing[i]->config_differs)
-			differing[n_differing++] = existing[i];
+	{
+		DesiredTopic *t = existing[i];
+
+		if (!t->ready)
+			continue;
+		if (!t->managed)
+			keep_foreign_topic(t);
+		else if (t->compacted)
+			refuse_compacted_topic(t);
+		else if (t->config_differs)
+		{
+			/* Adopted from another application: never lower a limit its messages need. */
+			if (t->kafka_max_message_bytes > t->max_message_bytes)
+				t->owned_values[2] = psprintf(INT64_FORMAT, t->kafka_max_message_bytes);
+			differing[n_differing++] = t;
+		}
+	}
 	if (n_differing > 0)
 		alter_topic_configs(differing, n_differing);
 }
@@ -566,7 +643,7 @@ compare_with_metadata(DesiredTopic *topics, int count, const struct rd_kafka_met
 		}
 		topics[i].kafka_partitions = found->partition_cnt;
 		existing[(*n_existing)++] = &topics[i];
-		if (found->partition_cnt < topics[i].partitions)
+		if (found->partition_cnt < topics[i].partitions && topics[i].managed)
 			short_topics[(*n_short)++] = &topics[i];
 		else if (found->partition_cnt > 0 &&
 				 found->partitions[0].replica_cnt != topics[i].replication_factor)
@@ -644,10 +721,11 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 		appendStringInfo(&json,
 						 ",\"role\":\"%s\",\"partitions\":%d,\"replication_factor\":%d,"
 						 "\"min_insync_replicas\":%d,\"retention_ms\":" INT64_FORMAT
-						 ",\"max_message_bytes\":%d,\"ready\":%s,\"permanent\":%s,",
+						 ",\"max_message_bytes\":%d,\"ready\":%s,\"permanent\":%s,"
+						 "\"created\":%s,",
 						 t->role, t->partitions, t->replication_factor, t->min_insync_replicas,
 						 t->retention_ms, t->max_message_bytes, t->ready ? "true" : "false",
-						 t->permanent ? "true" : "false");
+						 t->permanent ? "true" : "false", t->created ? "true" : "false");
 		/* Unknown when Kafka did not answer: the database keeps what it knew. */
 		if (t->exists < 0)
 			appendStringInfoString(&json, "\"exists\":null,\"kafka_partitions\":null,");

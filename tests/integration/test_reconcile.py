@@ -138,24 +138,72 @@ def test_max_message_bytes_follows_max_payload_bytes(kafka_bootstrap, unique):
             assert kafka_config(admin, name)["max.message.bytes"] == str(largest + HEADROOM), name
 
 
-def test_a_topic_created_outside_keeps_the_settings_the_system_does_not_own(kafka_bootstrap, unique):
-    topic = f"rec.compacted.{unique}"
+def foreign_topic(admin, topic, **config):
+    """A Kafka topic another application made: never retention-limited, large messages."""
+    settings = {"retention.ms": "-1", "max.message.bytes": "5000000", "segment.ms": "3600000",
+                **config}
+    admin.create_topics([NewTopic(topic, 1, 1, config=settings)])[topic].result(20)
+
+
+def reconcile_row(conn, topic):
+    return conn.execute("SELECT ready, in_kafka, error FROM wal_delivery.reconcile_status"
+                        " WHERE topic = %s", (topic,)).fetchone()
+
+
+def test_a_topic_wal_delivery_did_not_create_is_left_alone_and_gets_nothing(kafka_bootstrap, unique):
+    """A topics row named after another application's compacted topic (issue 29): the
+    reconciler changes none of its settings, its status says why it is not ready, and the
+    row's records wait in the outbox instead of going into it."""
+    topic = f"rec.foreign.{unique}"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact",
-                                                        "segment.ms": "3600000"})])[topic].result(20)
+    foreign_topic(admin, topic, **{"cleanup.policy": "compact"})
+    before = kafka_config(admin, topic)
     with connect() as conn:
         make_topic(conn, topic, retention="3 days")
-        wait_until(lambda: kafka_config(admin, topic)["retention.ms"] == str(3 * 86400 * 1000), 30,
-                   what="the configured retention")
-        wait_until(lambda: in_sync(conn), 30, what="the version to be published")
+        wait_until(lambda: (reconcile_row(conn, topic) or (None, None, None))[2] is not None, 60,
+                   what="a reconcile round over the topic")
+        ready, in_kafka, error = reconcile_row(conn, topic)
+        assert (ready, in_kafka) == (False, False)
+        assert "did not create it" in error and "adopt" in error and "compacted" in error, error
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'must-wait')", (topic,))
+        time.sleep(3)  # several relay passes
+        assert states(conn, topic) == {"pending": 1}
+    after = kafka_config(admin, topic)
+    for name in ("retention.ms", "max.message.bytes", "cleanup.policy", "min.insync.replicas",
+                 "segment.ms"):
+        assert after[name] == before[name], f"{name} was changed: {before[name]} -> {after[name]}"
+    assert not read_topic(kafka_bootstrap, topic, [], timeout=3)
+
+
+def test_an_adopted_topic_takes_the_rows_settings_but_never_a_lower_message_limit(kafka_bootstrap,
+                                                                                  unique):
+    topic = f"rec.adopted.{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    foreign_topic(admin, topic)
+    with connect() as conn:
+        make_topic(conn, topic, retention="3 days", adopt=True)
+        wait_until(lambda: kafka_config(admin, topic)["retention.ms"] == str(3 * 86400 * 1000), 60,
+                   what="the adopted topic's retention")
+        wait_until(lambda: reconcile_row(conn, topic)[:2] == (True, True), 30, what="ready")
         config = kafka_config(admin, topic)
-        assert config["cleanup.policy"] == "compact"
-        assert config["segment.ms"] == "3600000"
-        assert config["max.message.bytes"] == str(1_000_000 + HEADROOM)
-        assert config["min.insync.replicas"] == "1"
-        ready = conn.execute("SELECT ready, in_kafka FROM wal_delivery.reconcile_status WHERE topic = %s",
-                             (topic,)).fetchone()
-        assert ready == (True, True)
+        assert config["max.message.bytes"] == "5000000"  # its messages still fit
+        assert config["segment.ms"] == "3600000"  # its own settings are kept
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'adopted-1')", (topic,))
+        wait_all_stored(conn, topic, 1)
+    assert "adopted-1" in read_topic(kafka_bootstrap, topic, ["adopted-1"])
+
+
+def test_a_compacted_topic_gets_nothing_even_when_adopted(kafka_bootstrap, unique):
+    topic = f"rec.compacted.{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    foreign_topic(admin, topic, **{"cleanup.policy": "compact"})
+    with connect() as conn:
+        make_topic(conn, topic, adopt=True)
+        wait_until(lambda: (reconcile_row(conn, topic) or (None, None, None))[2] is not None, 60,
+                   what="a reconcile round over the topic")
+        ready, in_kafka, error = reconcile_row(conn, topic)
+        assert (ready, in_kafka) == (False, False) and "cleanup.policy" in error, error
+    assert kafka_config(admin, topic)["cleanup.policy"] == "compact"
 
 
 def test_a_kafka_topic_deleted_behind_its_back_comes_back(kafka_bootstrap, unique):

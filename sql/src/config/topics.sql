@@ -25,6 +25,10 @@ CREATE TABLE wal_delivery.topics (
     -- The roles whose members may enqueue into the topic; NULL: any writer. Keeps tenants
     -- that share a database from writing (and probing the keys of) each other's topics.
     writers regrole[],
+    -- A Kafka topic of this name that wal_delivery did not create is left alone (not
+    -- altered, nothing shipped into it) unless this is true: then its retention,
+    -- min.insync.replicas and max.message.bytes become the row's (never a lower limit).
+    adopt boolean NOT NULL DEFAULT false,
     CHECK (acks IN (-1, 1)),
     CHECK (partitions BETWEEN 1 AND 1000 AND replication_factor >= 1),
     CHECK (min_insync_replicas BETWEEN 1 AND replication_factor),

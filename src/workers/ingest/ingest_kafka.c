@@ -231,6 +231,8 @@ make_producer(const worker_options *opts, const char *bootstrap, bool idempotent
 		{"acks", idempotent ? "all" : "1"},
 		{"message.max.bytes", MESSAGE_MAX_BYTES},
 		{"linger.ms", "2"},
+		/* Topics are the reconciler's to make: a record never creates one by its name. */
+		{"allow.auto.create.topics", "false"},
 		/*
 		 * Past the deadline the outbox has the record; Kafka may still deliver its copy
 		 * (a duplicate) until this runs out, then the copy is dropped.
