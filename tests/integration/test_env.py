@@ -8,7 +8,7 @@ import uuid
 import psycopg
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import connect, env_cmd
 
@@ -24,6 +24,16 @@ def processes_mentioning(text):
 
 
 def produce_one(bootstrap, topic, timeout_ms=20000):
+    """One record into topic, made first if missing: the test broker creates no topic on
+    a client's request (auto.create.topics.enable=false, as the reconciler expects)."""
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        cluster = admin.list_topics(timeout=5)
+        if topic not in cluster.topics:
+            rf = min(3, len(cluster.brokers))
+            admin.create_topics([NewTopic(topic, 1, rf)])[topic].result(20)
+    except KafkaException:
+        pass  # no broker answers, or it exists: the produce below says what happens
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": timeout_ms})
     errors = []
     p.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))

@@ -3,10 +3,14 @@ back with the same key, value and headers."""
 import uuid
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def test_produce_and_read_back(kafka_bootstrap):
     topic = "roundtrip." + uuid.uuid4().hex[:8]
+    # The test broker creates no topic on request (auto.create.topics.enable=false).
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all",
                          "enable.idempotence": True})
     sent = {}

@@ -30,8 +30,8 @@ def parse_logfmt(line):
 
 def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     binary = tmp_path / "log_check"
-    built = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "tests/c/log_check.c",
-                            "src/workers/common/log.c", "src/workers/common/utf8.c", "-o", str(binary)],
+    built = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "-Isrc", "tests/c/log_check.c",
+                            "src/workers/common/log.c", "src/shared/utf8.c", "-o", str(binary)],
                            cwd=ROOT, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=30)  # fails on bad UTF-8

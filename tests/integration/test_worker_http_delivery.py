@@ -19,12 +19,12 @@ from conftest import Destination
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["tests/c/http_delivery_check.c", "src/workers/common/http_delivery.c",
            "src/workers/common/webhook.c", "src/workers/common/header_lines.c",
-           "src/workers/common/log.c", "src/workers/common/utf8.c"]
+           "src/workers/common/log.c", "src/shared/utf8.c"]
 
 
 def build_driver(out, extra_flags=()):
     return subprocess.run(
-        ["cc", *extra_flags, "-Wall", "-Wextra", "-Werror", "-Isrc/workers", *SOURCES,
+        ["cc", *extra_flags, "-Wall", "-Wextra", "-Werror", "-Isrc/workers", "-Isrc", *SOURCES,
          "-lcurl", "-lcrypto", "-o", str(out)],
         cwd=ROOT, capture_output=True, text=True)
 

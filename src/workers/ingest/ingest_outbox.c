@@ -275,6 +275,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 	const char *values[6];
 	PGresult *res;
 	const char *state;
+	char sqlstate[6];
 	char why[512];
 	double started;
 
@@ -309,6 +310,9 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 	}
 	snprintf(why, sizeof(why), "%s", PQresultErrorMessage(res));
 	why[strcspn(why, "\n")] = '\0';
+	/* The SQLSTATE lives in res: keep a copy before it is freed. */
+	snprintf(sqlstate, sizeof(sqlstate), "%s", state ? state : "");
+	state = state ? sqlstate : NULL;
 	PQclear(res);
 	if (PQstatus(*db) != CONNECTION_OK || status_for(state) == 503)
 	{
