@@ -36,15 +36,10 @@ $$;
 -- Why p_name is not a Kafka topic name the system may create, or NULL when it is. Kafka's
 -- rules: 1 to 249 of [A-Za-z0-9._-], not "." or "..". Names starting with "__" are
 -- refused too: Kafka keeps them for itself (__consumer_offsets, __transaction_state).
+-- The rule is the record contract's (src/shared/record_contract.c), which the ingest
+-- service applies to the topic in a request's path too.
 CREATE FUNCTION wal_delivery.topic_name_problem(p_name text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE
-        WHEN p_name IS NULL THEN 'it is NULL'
-        WHEN p_name !~ '^[A-Za-z0-9._-]{1,249}$' THEN 'a Kafka topic name is 1 to 249 letters, digits, ".", "_" or "-"'
-        WHEN p_name IN ('.', '..') THEN 'Kafka refuses "." and ".." as topic names'
-        WHEN p_name LIKE '\_\_%' THEN 'names starting with "__" are Kafka''s own (__consumer_offsets, __transaction_state)'
-    END
-$$;
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'wal_delivery_topic_name_problem';
 
 -- Two topic names Kafka treats as the same: it refuses a topic whose name differs from an
 -- existing one only by "." against "_" (their metric names would collide).

@@ -16,6 +16,7 @@ PG_FUNCTION_INFO_V1(wal_delivery_check_record);
 PG_FUNCTION_INFO_V1(wal_delivery_check_content_type);
 PG_FUNCTION_INFO_V1(wal_delivery_record_limit);
 PG_FUNCTION_INFO_V1(wal_delivery_reserved_header_names);
+PG_FUNCTION_INFO_V1(wal_delivery_topic_name_problem);
 
 /* A text value as the UTF-8 bytes the contract judges (and Kafka gets). */
 static record_bytes
@@ -225,4 +226,20 @@ wal_delivery_reserved_header_names(PG_FUNCTION_ARGS)
 		names[i] = CStringGetTextDatum(record_reserved_headers[i]);
 	PG_RETURN_ARRAYTYPE_P(
 		construct_array(names, record_n_reserved_headers, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* wal_delivery.topic_name_problem(name): why it is not a topic name, or NULL. */
+Datum
+wal_delivery_topic_name_problem(PG_FUNCTION_ARGS)
+{
+	text *name;
+	const char *problem;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_TEXT_P(cstring_to_text("it is NULL"));
+	name = PG_GETARG_TEXT_PP(0);
+	problem = record_topic_name_problem(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	if (problem == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }

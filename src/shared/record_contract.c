@@ -68,6 +68,27 @@ record_header_is_reserved(const char *name, size_t len)
 	return false;
 }
 
+const char *
+record_topic_name_problem(const char *name, size_t len)
+{
+	if (len < 1 || len > 249)
+		return "a Kafka topic name is 1 to 249 letters, digits, \".\", \"_\" or \"-\"";
+	for (size_t i = 0; i < len; i++)
+	{
+		char c = name[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-'))
+			return "a Kafka topic name is 1 to 249 letters, digits, \".\", \"_\" or \"-\"";
+	}
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return "Kafka refuses \".\" and \"..\" as topic names";
+	if (len >= 2 && name[0] == '_' && name[1] == '_')
+		return "names starting with \"__\" are Kafka's own (__consumer_offsets, "
+			   "__transaction_state)";
+	return NULL;
+}
+
 bool
 record_is_http_token(const char *s, size_t len)
 {

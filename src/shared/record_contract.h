@@ -78,6 +78,12 @@ bool record_header_is_reserved(const char *name, size_t len);
 extern const char *const record_reserved_headers[];
 extern const int record_n_reserved_headers;
 
+/*
+ * Why name (len bytes) is not a topic name Kafka takes, or NULL: 1 to 249 letters, digits,
+ * ".", "_" or "-", not "." or "..", not starting with "__" (Kafka's own topics).
+ */
+const char *record_topic_name_problem(const char *name, size_t len);
+
 /* True when s is 1 to 256 bytes of an HTTP token (RFC 9110 tchar). */
 bool record_is_http_token(const char *s, size_t len);
 
