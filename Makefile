@@ -70,11 +70,37 @@ freeze-release: $(INSTALL_SQL)
 # ---------------------------------------------------------------- the workers
 WORKER_SRCS  = $(wildcard src/workers/*.c src/workers/*/*.c) $(wildcard src/shared/*.c)
 WORKER_OBJS  = $(patsubst src/%.c,build/%.o,$(WORKER_SRCS))
-WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Isrc/workers -Isrc \
+# libmicrohttpd 1.0 or later: the ingest service relies on its strict request parsing
+# (docs/security.md). Debian 12 has 0.9.75, so tests/setup builds Debian 13's into
+# .cache/libmicrohttpd (a static library: no run-time dependency); when it is there it
+# comes first, otherwise the system's must be 1.0 or later.
+MHD_PREFIX  ?= $(CURDIR)/.cache/libmicrohttpd
+ifneq ($(wildcard $(MHD_PREFIX)/lib/libmicrohttpd.a),)
+MHD_CFLAGS  = -I$(MHD_PREFIX)/include
+MHD_LIBS    = $(MHD_PREFIX)/lib/libmicrohttpd.a
+MHD_HEADER  = $(MHD_PREFIX)/include/microhttpd.h
+else
+MHD_CFLAGS  =
+MHD_LIBS    = -lmicrohttpd
+MHD_HEADER  =
+MHD_TOO_OLD := $(shell pkg-config --atleast-version=1.0 libmicrohttpd 2>/dev/null || \
+	echo "$$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo none)")
+endif
+WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror $(MHD_CFLAGS) -Isrc/workers -Isrc \
 	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
-WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson -lmicrohttpd -lcrypto -lpthread -lm
+WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson $(MHD_LIBS) -lcrypto -lpthread -lm
 
 all: bin/wal-worker
+
+.PHONY: check-libmicrohttpd
+check-libmicrohttpd:
+ifneq ($(MHD_TOO_OLD),)
+	@echo "wal-worker needs libmicrohttpd 1.0 or later; this system has $(MHD_TOO_OLD)." >&2
+	@echo "  Run tests/setup: it builds Debian 13's libmicrohttpd into .cache/libmicrohttpd." >&2
+	@exit 1
+endif
+
+$(WORKER_OBJS): $(MHD_HEADER) | check-libmicrohttpd
 
 # COPT: extra compiler flags, as PGXS takes them for the extension (pg_buildext passes
 # Debian's hardening flags in it).
@@ -89,6 +115,30 @@ bin/wal-worker: $(WORKER_OBJS)
 -include $(WORKER_OBJS:.o=.d)
 # wal-worker --version prints default_version.
 build/workers/main.o: $(EXTENSION).control
+
+# make SANITIZE=1: wal-worker with AddressSanitizer and UndefinedBehaviorSanitizer, as
+# bin/sanitize/wal-worker from objects in build/sanitize/, apart from the normal build so
+# neither confuses the other (tests/run runs the ingest and consume tests against it).
+SANITIZE_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANITIZE_OBJS  = $(patsubst src/%.c,build/sanitize/%.o,$(WORKER_SRCS))
+ifeq ($(SANITIZE),1)
+.DEFAULT_GOAL := bin/sanitize/wal-worker
+endif
+
+build/sanitize/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WORKER_CFLAGS) $(SANITIZE_FLAGS) $(COPT) -c -o $@ $<
+
+bin/sanitize/wal-worker: $(SANITIZE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SANITIZE_FLAGS) -o $@ $^ $(WORKER_LIBS)
+
+$(SANITIZE_OBJS): $(MHD_HEADER) | check-libmicrohttpd
+-include $(SANITIZE_OBJS:.o=.d)
+build/sanitize/workers/main.o: $(EXTENSION).control
+
+# make fuzz: the libFuzzer targets (fuzz/README.md).
+include fuzz/fuzz.mk
 
 # make install puts wal-worker next to the server's programs (pg_config --bindir), where
 # PGXS installs programs; WORKER_BINDIR=/usr/local/bin (or any directory) overrides it.
@@ -109,7 +159,7 @@ clean-workers:
 
 # ---------------------------------------------------------------- the project's commands
 .PHONY: setup test demo demo-stop bench format clean-workers check-release freeze-release \
-	install-worker uninstall-worker deb
+	install-worker uninstall-worker deb fuzz
 
 setup:
 	tests/setup
@@ -146,5 +196,7 @@ deb:
 	{ git ls-files --cached --others --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*'; } | \
 	  while read -r f; do [ -f "$$f" ] && printf '%s\n' "$$f"; done | \
 	  grep -v -e '^\./\?\(build\|bin\|\.cache\)/' | tar -cf - -T - | tar -xf - -C build/deb/src
+# wal-worker links the libmicrohttpd tests/setup built, when there is one (the workers).
+	if [ -d .cache/libmicrohttpd ]; then mkdir -p build/deb/src/.cache && cp -a .cache/libmicrohttpd build/deb/src/.cache/; fi
 	cd build/deb/src && dpkg-buildpackage --build=binary --no-sign
 	@ls build/deb/*.deb

@@ -75,9 +75,19 @@ retry_message_read(retry_message *m, const rd_kafka_message_t *rkm, int step,
 		set_bad(m, "missing or garbled header %s", "step-entered-at");
 		return;
 	}
-	if (header_number(rkm, "step-jitter-ms", &jitter) &&
+	/*
+	 * Entered "in the future" by more than any wait: a clock jumped, or the header is not
+	 * ours. Due now (not stranded), and no arithmetic on a number that could overflow.
+	 */
+	if (entered - now_wall_ms >
+		(int64_t) ((d->retry_delays_ms[step - 1] * 2 + MAX_NOT_BEFORE_MS) / time_scale) + 60000)
+	{
+		m->clock_jump = true;
+		return;
+	}
+	if (!header_number(rkm, "step-jitter-ms", &jitter) ||
 		jitter > (int64_t) (d->retry_jitter * d->retry_delays_ms[step - 1]) + 1)
-		jitter = 0; /* larger than the destination allows: not ours to trust */
+		jitter = 0; /* garbled, or larger than the destination allows: not ours to trust */
 	m->earliest_ms = entered + (int64_t) (d->retry_delays_ms[step - 1] / time_scale);
 	m->due_ms = entered + (int64_t) ((d->retry_delays_ms[step - 1] + jitter) / time_scale);
 	if (header_number(rkm, "not-before", &not_before) && not_before > entered)
