@@ -5,6 +5,10 @@
  * bound to exactly the address asked for (127.0.0.1 by default), and a port already in
  * use is reported with the errno of the bind, which libmicrohttpd's own start-up would
  * reduce to a NULL daemon.
+ *
+ * Requests are read as strictly as the ingest service's (http_framing.h): libmicrohttpd's
+ * discipline level, the path compared as sent (an escape never matches an endpoint), and
+ * ambiguous framing answered 400 with the connection closed.
  */
 #include "admin_server.h"
 
@@ -21,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http_framing.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -36,6 +41,9 @@
 #define CONTENT_TYPE_TEXT    "text/plain; charset=utf-8"
 #define CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
 #define CONTENT_TYPE_JSON    "application/json"
+
+/* The one header the server reads: a request with two is refused. */
+static const char *const single_headers[] = {MHD_HTTP_HEADER_AUTHORIZATION, NULL};
 
 struct admin_server
 {
@@ -105,6 +113,25 @@ send_response(struct MHD_Connection *connection, unsigned int status, const char
 	return result;
 }
 
+/* A 400 from the first call, before any body: the connection closes after it. */
+static enum MHD_Result
+refuse_request(struct MHD_Connection *connection, const char *why)
+{
+	char body[320];
+	struct MHD_Response *response;
+	enum MHD_Result result;
+
+	snprintf(body, sizeof(body), "bad request: %s\n", why);
+	response = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, CONTENT_TYPE_TEXT);
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	result = http_queue_closing(connection, MHD_HTTP_BAD_REQUEST, response);
+	MHD_destroy_response(response);
+	return result;
+}
+
 static enum MHD_Result
 serve_readyz(const admin_server *server, struct MHD_Connection *connection)
 {
@@ -119,10 +146,9 @@ serve_readyz(const admin_server *server, struct MHD_Connection *connection)
 
 /* Compares in time that depends only on the lengths, so a guess learns nothing. */
 static bool
-token_matches(const char *expected, const char *given)
+token_matches(const char *expected, const char *given, size_t given_len)
 {
 	size_t expected_len = strlen(expected);
-	size_t given_len = strlen(given);
 	unsigned char diff = expected_len != given_len;
 
 	for (size_t i = 0; i < expected_len; i++)
@@ -134,12 +160,15 @@ static bool
 has_config_token(const admin_server *server, struct MHD_Connection *connection)
 {
 	static const char bearer[] = "Bearer ";
-	const char *auth =
-		MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *auth = NULL;
+	size_t auth_len = 0;
 
-	if (auth == NULL || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
+	/* With its length: "<token>\0junk" is not the token. */
+	if (!http_header(connection, MHD_HTTP_HEADER_AUTHORIZATION, &auth, &auth_len) || auth == NULL ||
+		auth_len < sizeof(bearer) - 1 || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
 		return false;
-	return token_matches(server->config_token, auth + sizeof(bearer) - 1);
+	return token_matches(server->config_token, auth + sizeof(bearer) - 1,
+						 auth_len - (sizeof(bearer) - 1));
 }
 
 static enum MHD_Result
@@ -182,7 +211,11 @@ handle_admin_request(void *arg, struct MHD_Connection *connection, const char *u
 	 */
 	if (*request_state == NULL)
 	{
+		char why[256];
+
 		*request_state = &request_started;
+		if (!http_framing_ok(connection, single_headers, why, sizeof(why)))
+			return refuse_request(connection, why);
 		return MHD_YES;
 	}
 	if (*upload_data_size != 0)
@@ -335,7 +368,9 @@ admin_server_start(const admin_listen *listen, const admin_handlers *handlers, c
 		MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle_admin_request,
 		server, MHD_OPTION_EXTERNAL_LOGGER, log_mhd_message, NULL, MHD_OPTION_LISTEN_SOCKET,
 		(MHD_socket) listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int) ADMIN_CONNECTION_LIMIT,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) ADMIN_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) ADMIN_CONNECTION_TIMEOUT_S,
+		MHD_OPTION_CLIENT_DISCIPLINE_LVL, (int) HTTP_CLIENT_DISCIPLINE,
+		MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL, MHD_OPTION_END);
 	if (server->daemon == NULL)
 	{
 		/*

@@ -4,11 +4,20 @@
  * A request is read whole, turned into records and handed on; its connection is then
  * suspended until every record is settled (ingest_request.h), so a thread never blocks
  * on Kafka or the database and thousands of requests wait side by side.
+ *
+ * Before any of that, a request whose framing or path two HTTP parsers could read two
+ * ways is answered 400 and its connection closed (http_framing.h; docs/security.md,
+ * "HTTP framing of the ingest service"). The path arrives as sent (http_keep_escaped)
+ * and is decoded here, with its length: %00, a malformed escape, bytes that are not
+ * UTF-8 once decoded and a topic that is not a topic name are refused, and so is a query
+ * string on the records endpoints (they take none; /healthz, /readyz and /metrics
+ * ignore one).
  */
 #include "ingest_http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <netdb.h>
 #include <stdatomic.h>
@@ -21,17 +30,28 @@
 #include <microhttpd.h>
 
 #include "common/clock.h"
+#include "common/http_framing.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "ingest/ingest_kafka.h"
+#include "ingest/ingest_metrics.h"
 #include "ingest/ingest_outbox.h"
 #include "ingest/ingest_parse.h"
 #include "ingest/ingest_request.h"
+#include "shared/record_contract.h"
+#include "shared/utf8.h"
 
 #define HTTP_THREADS            2
 #define HTTP_CONNECTION_LIMIT   10000
 #define HTTP_CONNECTION_TIMEOUT 60
 #define TOPIC_PREFIX            "/v1/topics/"
+/* Longer than any endpoint's path (a topic name is at most 249 bytes, 747 escaped). */
+#define PATH_MAX_BYTES 1024
+
+/* The headers a record takes one value of: a request with two of one is refused. */
+static const char *const single_headers[] = {MHD_HTTP_HEADER_AUTHORIZATION,
+											 MHD_HTTP_HEADER_CONTENT_TYPE, "Idempotency-Key",
+											 "X-Wal-Key", NULL};
 
 struct ingest_http
 {
@@ -49,14 +69,16 @@ typedef enum
 	ROUTE_HEALTHZ,
 	ROUTE_READYZ,
 	ROUTE_METRICS,
-	ROUTE_NONE /* an error is set */
+	ROUTE_NONE,   /* an error is set */
+	ROUTE_REFUSED /* answered 400 at once, and the connection closed */
 } url_route;
 
 /* What a request is, kept between the handler's calls. */
 typedef struct http_state
 {
-	ingest_request *req;
+	ingest_request *req; /* NULL until the handler's first call */
 	url_route route;
+	bool has_query; /* the request target holds a "?" */
 } http_state;
 
 static enum MHD_Result
@@ -76,23 +98,122 @@ send_text(struct MHD_Connection *connection, unsigned int status, const char *ty
 	return result;
 }
 
+/*
+ * A 400 for a request refused from the handler's first call, before its body is read:
+ * queued with "Connection: close", so the connection ends after it (http_framing.h).
+ * message is plain ASCII.
+ */
+static enum MHD_Result
+refuse_request(struct MHD_Connection *connection, const char *message)
+{
+	json_t *body = json_pack("{s:s, s:s}", "error", "bad_request", "message", message);
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	const char *labels[] = {"400"};
+	struct MHD_Response *response;
+	enum MHD_Result result;
+
+	json_decref(body);
+	if (text == NULL)
+		return MHD_NO;
+	response = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (response == NULL)
+	{
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	result = http_queue_closing(connection, MHD_HTTP_BAD_REQUEST, response);
+	MHD_destroy_response(response);
+	metric_add(ingest_m.requests, 1, labels);
+	return result;
+}
+
+/*
+ * Called with the request target as sent, before libmicrohttpd splits off its query: a
+ * request's state starts here (MHD_OPTION_URI_LOG_CALLBACK).
+ */
+static void *
+request_started(void *arg, const char *uri, struct MHD_Connection *connection)
+{
+	http_state *st = calloc(1, sizeof(*st));
+
+	(void) arg;
+	(void) connection;
+	if (st == NULL)
+		fatal("event=out_of_memory what=http_state");
+	st->has_query = strchr(uri, '?') != NULL;
+	return st;
+}
+
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * Decodes the percent escapes of s (len bytes) into out (len + 1 bytes at least) and
+ * sets *out_len; NULL when fine, else what is wrong: a malformed escape, %00, or bytes
+ * that are not UTF-8 once decoded.
+ */
+static const char *
+decode_path(const char *s, size_t len, char *out, size_t *out_len)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		int hi, lo;
+
+		if (s[i] != '%')
+		{
+			out[o++] = s[i];
+			continue;
+		}
+		if (i + 2 >= len || (hi = hex_value(s[i + 1])) < 0 || (lo = hex_value(s[i + 2])) < 0)
+			return "holds a malformed percent escape (a \"%\" not followed by two hex digits)";
+		if (hi == 0 && lo == 0)
+			return "holds %00 (a NUL byte)";
+		out[o++] = (char) (hi << 4 | lo);
+		i += 2;
+	}
+	out[o] = '\0';
+	for (size_t i = 0, n; i < o; i += n)
+		if ((n = utf8_sequence_length((const unsigned char *) out + i, o - i)) == 0)
+			return "is not UTF-8 once its percent escapes are decoded";
+	*out_len = o;
+	return NULL;
+}
+
 /* The bearer token, the topic and the token's right to it: 401, 403, 404 or fine. */
 static void
 authorize(ingest_request *req, const char *topic)
 {
 	static const char bearer[] = "Bearer ";
-	const char *auth = MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND,
-												   MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *auth = NULL;
+	size_t auth_len = 0;
 	const ingest_token *token;
 
-	if (auth == NULL || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
+	if (!http_header(req->connection, MHD_HTTP_HEADER_AUTHORIZATION, &auth, &auth_len) ||
+		auth == NULL || auth_len < sizeof(bearer) - 1 ||
+		strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
 	{
 		ingest_request_fail(req, 401, "unauthorized",
 							"send \"Authorization: Bearer <token>\" with an ingest token "
 							"(wal_delivery.create_ingest_token)");
 		return;
 	}
-	token = ingest_catalog_token(req->catalog, auth + sizeof(bearer) - 1);
+	/* The token with its length: "<token>\0junk" is not "<token>". */
+	token = memchr(auth, '\0', auth_len) == NULL
+				? ingest_catalog_token(req->catalog, auth + sizeof(bearer) - 1)
+				: NULL;
 	if (token == NULL)
 	{
 		ingest_request_fail(req, 401, "unauthorized", "the bearer token is unknown or revoked");
@@ -110,32 +231,49 @@ authorize(ingest_request *req, const char *topic)
 							"topic \"%.249s\" does not exist (wal_delivery.topics)", topic);
 }
 
-/* Reads the URL and method on the first call; sets the route and any early error. */
+/*
+ * Reads the path (as sent) and the method on the first call; sets the route and any
+ * early error, or returns ROUTE_REFUSED with why for a 400 at once.
+ */
 static url_route
-route_request(ingest_request *req, const char *url, const char *method)
+route_request(http_state *st, const char *url, const char *method, char *why, size_t why_size)
 {
+	ingest_request *req = st->req;
 	bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, "HEAD") == 0;
 	url_route route = ROUTE_NONE;
-	char topic[256];
-	const char *slash;
+	size_t url_len = strlen(url), path_len, topic_len;
+	char path[PATH_MAX_BYTES], topic[PATH_MAX_BYTES], shown[256];
+	const char *slash, *problem;
 
-	if (strcmp(url, "/healthz") == 0)
+	if (url_len >= sizeof(path))
+	{
+		ingest_request_fail(req, 404, "not_found",
+							"no such endpoint: POST /v1/topics/{topic}/records or /batch");
+		return ROUTE_NONE;
+	}
+	if ((problem = decode_path(url, url_len, path, &path_len)) != NULL)
+	{
+		http_escape(url, url_len, shown, sizeof(shown));
+		snprintf(why, why_size, "the path \"%s\" %s", shown, problem);
+		return ROUTE_REFUSED;
+	}
+	if (strcmp(path, "/healthz") == 0)
 		route = ROUTE_HEALTHZ;
-	else if (strcmp(url, "/readyz") == 0)
+	else if (strcmp(path, "/readyz") == 0)
 		route = ROUTE_READYZ;
-	else if (strcmp(url, "/metrics") == 0)
+	else if (strcmp(path, "/metrics") == 0)
 		route = ROUTE_METRICS;
 	if (route != ROUTE_NONE)
 	{
 		if (!get)
-			ingest_request_fail(req, 405, "method_not_allowed", "%s takes GET", url);
+			ingest_request_fail(req, 405, "method_not_allowed", "%s takes GET", path);
 		return get ? route : ROUTE_NONE;
 	}
+	/* Split as sent: an escaped "/" (%2F) belongs to the topic, which then is no name. */
 	if (strncmp(url, TOPIC_PREFIX, sizeof(TOPIC_PREFIX) - 1) != 0 ||
 		(slash = strchr(url + sizeof(TOPIC_PREFIX) - 1, '/')) == NULL ||
 		(strcmp(slash, "/records") != 0 && strcmp(slash, "/batch") != 0) ||
-		slash == url + sizeof(TOPIC_PREFIX) - 1 ||
-		(size_t) (slash - url) - (sizeof(TOPIC_PREFIX) - 1) >= sizeof(topic))
+		slash == url + sizeof(TOPIC_PREFIX) - 1)
 	{
 		ingest_request_fail(req, 404, "not_found",
 							"no such endpoint: POST /v1/topics/{topic}/records or /batch");
@@ -146,8 +284,23 @@ route_request(ingest_request *req, const char *url, const char *method)
 		ingest_request_fail(req, 405, "method_not_allowed", "records are sent with POST");
 		return ROUTE_NONE;
 	}
-	snprintf(topic, sizeof(topic), "%.*s", (int) (slash - url) - (int) (sizeof(TOPIC_PREFIX) - 1),
-			 url + sizeof(TOPIC_PREFIX) - 1);
+	if (st->has_query)
+	{
+		http_escape(url, url_len, shown, sizeof(shown));
+		snprintf(why, why_size,
+				 "the path \"%s\" has a query string (\"?...\"): the records endpoints take none",
+				 shown);
+		return ROUTE_REFUSED;
+	}
+	url += sizeof(TOPIC_PREFIX) - 1;
+	if ((problem = decode_path(url, (size_t) (slash - url), topic, &topic_len)) != NULL ||
+		(problem = record_topic_name_problem(topic, topic_len)) != NULL)
+	{
+		http_escape(url, (size_t) (slash - url), shown, sizeof(shown));
+		snprintf(why, why_size, "the topic \"%s\" in the path is not a topic name: %s", shown,
+				 problem);
+		return ROUTE_REFUSED;
+	}
 	req->batch = strcmp(slash, "/batch") == 0;
 	req->catalog = ingest_catalog_acquire();
 	authorize(req, topic);
@@ -226,16 +379,20 @@ handle_request(void *arg, struct MHD_Connection *connection, const char *url, co
 	ingest_request *req;
 
 	(void) version;
-	if (st == NULL)
+	if (st == NULL) /* request_started made it; never NULL */
+		return MHD_NO;
+	if (st->req == NULL)
 	{
 		/* Headers are in; the body (if any) comes in the next calls. */
-		st = calloc(1, sizeof(*st));
-		if (st == NULL)
-			return MHD_NO;
+		char why[512];
+
 		st->req = ingest_request_new(connection);
-		st->route = route_request(st->req, url, method);
-		*state_ptr = st;
 		atomic_fetch_add(&requests_in_flight, 1);
+		if (!http_framing_ok(connection, single_headers, why, sizeof(why)))
+			return refuse_request(connection, why);
+		st->route = route_request(st, url, method, why, sizeof(why));
+		if (st->route == ROUTE_REFUSED)
+			return refuse_request(connection, why);
 		return MHD_YES;
 	}
 	req = st->req;
@@ -270,10 +427,13 @@ request_completed(void *arg, struct MHD_Connection *connection, void **state_ptr
 	(void) code;
 	if (st == NULL)
 		return;
-	ingest_request_free(st->req);
+	if (st->req != NULL)
+	{
+		ingest_request_free(st->req);
+		atomic_fetch_sub(&requests_in_flight, 1);
+	}
 	free(st);
 	*state_ptr = NULL;
-	atomic_fetch_sub(&requests_in_flight, 1);
 }
 
 static void
@@ -349,15 +509,17 @@ ingest_http_start(const char *listen_spec, bool (*is_ready)(void), char *errbuf,
 		free(http);
 		return NULL;
 	}
-	http->daemon =
-		MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
-							 MHD_USE_ERROR_LOG | MHD_USE_ITC,
-						 0, NULL, NULL, handle_request, http, MHD_OPTION_EXTERNAL_LOGGER, log_mhd,
-						 NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
-						 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int) HTTP_THREADS,
-						 MHD_OPTION_CONNECTION_LIMIT, (unsigned int) HTTP_CONNECTION_LIMIT,
-						 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) HTTP_CONNECTION_TIMEOUT,
-						 MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL, MHD_OPTION_END);
+	http->daemon = MHD_start_daemon(
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+			MHD_USE_ERROR_LOG | MHD_USE_ITC,
+		0, NULL, NULL, handle_request, http, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd, MHD_OPTION_THREAD_POOL_SIZE,
+		(unsigned int) HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned int) HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned int) HTTP_CONNECTION_TIMEOUT, MHD_OPTION_CLIENT_DISCIPLINE_LVL,
+		(int) HTTP_CLIENT_DISCIPLINE, MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL,
+		MHD_OPTION_URI_LOG_CALLBACK, request_started, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+		request_completed, NULL, MHD_OPTION_END);
 	if (http->daemon == NULL)
 	{
 		snprintf(errbuf, errbuf_size, "cannot start the HTTP server on %s (see the log)",
