@@ -1,5 +1,6 @@
 """Running `wal-worker ingest` against the test environment: its login role, tokens,
 topics, and an HTTP client that sends records and remembers every answer."""
+import contextlib
 import http.client
 import json
 import os
@@ -146,3 +147,16 @@ class IngestLoad:
     def acknowledged(self):
         with self.lock:
             return [a[2] for a in self.answers if a[3] in (201, 202)]
+
+
+@contextlib.contextmanager
+def running_ingest(tmp_path, kafka_bootstrap, **kw):
+    """A `wal-worker ingest` as the ingest login, listening, stopped afterwards."""
+    with connect() as conn:
+        setup_ingest(conn)
+    worker = Ingest(tmp_path, kafka_bootstrap, **kw)
+    try:
+        worker.wait_listening()
+        yield worker
+    finally:
+        worker.stop()

@@ -9,19 +9,15 @@ import pytest
 
 from conftest import connect
 from consumer_helpers import wait_published
-from ingest_helpers import (INGEST_LOGIN, Ingest, new_token, post, send_record, setup_ingest,
+from ingest_helpers import (INGEST_LOGIN, new_token, post, running_ingest, send_record,
                             topics_with_token)
 from relay_helpers import read_topic, wait_all_stored, wait_until
 
 
 @pytest.fixture
 def ingest(tmp_path, kafka_bootstrap):
-    with connect() as conn:
-        setup_ingest(conn)
-    worker = Ingest(tmp_path, kafka_bootstrap)
-    worker.wait_listening()
-    yield worker
-    worker.stop()
+    with running_ingest(tmp_path, kafka_bootstrap) as worker:
+        yield worker
 
 
 def test_records_take_the_direct_path_or_the_outbox_and_read_the_same(ingest, kafka_bootstrap, unique):

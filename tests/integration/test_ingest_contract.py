@@ -11,18 +11,14 @@ import psycopg
 import pytest
 
 from conftest import connect
-from ingest_helpers import Ingest, send_record, setup_ingest, topics_with_token
+from ingest_helpers import running_ingest, send_record, topics_with_token
 from relay_helpers import read_topic, wait_until
 
 
 @pytest.fixture
 def ingest(tmp_path, kafka_bootstrap):
-    with connect() as conn:
-        setup_ingest(conn)
-    worker = Ingest(tmp_path, kafka_bootstrap)
-    worker.wait_listening()
-    yield worker
-    worker.stop()
+    with running_ingest(tmp_path, kafka_bootstrap) as worker:
+        yield worker
 
 
 @pytest.fixture
