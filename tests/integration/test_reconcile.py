@@ -160,8 +160,17 @@ def test_a_topic_wal_delivery_did_not_create_is_left_alone_and_gets_nothing(kafk
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     foreign_topic(admin, topic, **{"cleanup.policy": "compact"})
     before = kafka_config(admin, topic)
+    # The row comes from an admin that is not a superuser, as an operator's would.
+    dba = f"rec_dba_{unique}"
+    with connect() as su:
+        su.execute(f"CREATE ROLE {dba} LOGIN IN ROLE wal_delivery_admin")
+    try:
+        with connect(user=dba) as conn:
+            make_topic(conn, topic, retention="3 days")
+    finally:
+        with connect() as su:
+            su.execute(f"DROP ROLE {dba}")
     with connect() as conn:
-        make_topic(conn, topic, retention="3 days")
         wait_until(lambda: (reconcile_row(conn, topic) or (None, None, None))[2] is not None, 60,
                    what="a reconcile round over the topic")
         ready, in_kafka, error = reconcile_row(conn, topic)
