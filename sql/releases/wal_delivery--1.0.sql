@@ -1633,8 +1633,10 @@ BEGIN
         ON CONFLICT (topic, idempotency_key) DO NOTHING;
         -- One unique-index probe per key and table: a join here got a cached generic plan
         -- that scanned the whole outbox once it had grown (bench/enqueue).
-        v_ids := ARRAY(SELECT wal_delivery.existing_record_id(p_topic, k.key)
-                         FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
+        -- The id each key names, once it is sure that is this record (repeat_of).
+        v_ids := ARRAY(SELECT wal_delivery.repeat_of(p_topic, u.ikey, u.payload, p_content_type, u.mkey, u.headers)
+                         FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+                        ORDER BY u.i);
     ELSE
         -- The ids first, in input order (nextval runs after the sort): a record with a
         -- generated key is known by its id alone (the dedupe index does not hold it), a
@@ -1655,20 +1657,18 @@ BEGIN
         ON CONFLICT (gen, topic, idempotency_key) WHERE caller_key DO NOTHING;
         -- A caller's key is looked up after the insert: the first of the batch's repeats
         -- of one key won, or a record before this call.
-        v_ids := ARRAY(SELECT CASE WHEN p_idempotency_keys[array_lower(p_idempotency_keys, 1) + k.i - 1] IS NULL
-                                   THEN v_new[k.i]
-                                   ELSE wal_delivery.existing_record_id(p_topic, k.key) END
-                         FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
+        -- of one key won, or a record before this call; repeat_of makes sure it is this one.
+        v_ids := ARRAY(SELECT CASE WHEN p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NULL
+                                   THEN v_new[u.i]
+                                   ELSE wal_delivery.repeat_of(p_topic, u.ikey, u.payload, p_content_type, u.mkey, u.headers) END
+                         FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
+                        ORDER BY u.i);
     END IF;
 
     IF array_position(v_ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'an idempotency key of topic "%" was enqueued by a transaction this snapshot cannot see', p_topic
             USING ERRCODE = 'serialization_failure', HINT = 'Retry the transaction.';
     END IF;
-    -- Each caller's key now names a record: the one given, or a repeat_of error.
-    PERFORM wal_delivery.repeat_of(p_topic, u.ikey, u.payload, p_content_type, u.mkey, u.headers)
-       FROM unnest(p_payloads, v_keys, p_keys, p_headers) WITH ORDINALITY AS u(payload, ikey, mkey, headers, i)
-      WHERE p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NOT NULL;
     IF n > 0 THEN
         PERFORM wal_delivery.wake_relay_at_commit();
     END IF;

@@ -337,18 +337,25 @@ bad:
 				  RECORD_MAX_CONTENT_TYPE, shown);
 }
 
+/* A header's name as messages show it: quoted only when a refusal needs it. */
+static const char *
+shown_name(char *out, size_t out_size, const record_header *h)
+{
+	record_quote(out, out_size, h->name.data, h->name.len, 100);
+	return out;
+}
+
 static bool
 check_header(const record_header *headers, int i, record_problem *p)
 {
 	const record_header *h = &headers[i];
 	char shown[300], where[64], hint[600];
 
-	record_quote(shown, sizeof(shown), h->name.data, h->name.len, 100);
 	if (!record_is_http_token(h->name.data, h->name.len))
 		return refuse(p, "22023", 400, "headers",
 					  "A header name is 1 to 256 ASCII letters, digits or !#$%&'*+-.^_`|~ (an "
 					  "HTTP token), for example \"trace-id\".",
-					  "header name %s is not an HTTP token", shown);
+					  "header name %s is not an HTTP token", shown_name(shown, sizeof(shown), h));
 	if (record_header_is_reserved(h->name.data, h->name.len))
 	{
 		char lower[RECORD_MAX_HEADER_NAME + 1];
@@ -365,28 +372,35 @@ check_header(const record_header *headers, int i, record_problem *p)
 		if (o < sizeof(hint))
 			snprintf(hint + o, sizeof(hint) - o, ".");
 		return refuse(p, "22023", 400, "headers", hint,
-					  "header %s is reserved: the relay and the workers write it", shown);
+					  "header %s is reserved: the relay and the workers write it", shown_name(shown, sizeof(shown), h));
 	}
 	for (int j = 0; j < i; j++)
 		if (same_name(headers[j].name, h->name.data, h->name.len))
 			return refuse(p, "22023", 400, "headers",
 						  "Header names ignore case, as in HTTP: give each header once.",
-						  "header %s is given twice", shown);
+						  "header %s is given twice", shown_name(shown, sizeof(shown), h));
 	if (record_control_at(h->value.data, h->value.len) >= 0)
 	{
 		describe_control(where, sizeof(where), h->value.data, h->value.len);
 		return refuse(p, "22023", 400, "headers",
 					  "A line break would end the header; encode such a value (base64, "
 					  "percent-encoding) or leave it out.",
-					  "header %s must not hold control characters, found %s", shown, where);
+					  "header %s must not hold control characters, found %s", shown_name(shown, sizeof(shown), h), where);
 	}
 	if (record_invalid_utf8_at(h->value.data, h->value.len) >= 0)
 	{
 		describe_invalid(where, sizeof(where), h->value.data, h->value.len);
 		return refuse(p, "22021", 400, "headers", utf8_hint,
-					  "header %s is not valid UTF-8: %s", shown, where);
+					  "header %s is not valid UTF-8: %s", shown_name(shown, sizeof(shown), h), where);
 	}
 	return true;
+}
+
+/* The topic as messages show it; only a refusal needs it (a valid record costs nothing). */
+static void
+quote_topic(char *out, size_t out_size, const record_fields *r)
+{
+	record_quote(out, out_size, r->topic.data ? r->topic.data : "", r->topic.len, 249);
 }
 
 bool
@@ -395,12 +409,13 @@ record_check(const record_fields *r, int64_t limit, record_problem *p)
 	char topic[300];
 	int64_t size;
 
-	memset(p, 0, sizeof(*p));
-	record_quote(topic, sizeof(topic), r->topic.data ? r->topic.data : "", r->topic.len, 249);
 	if (r->payload.data == NULL)
+	{
+		quote_topic(topic, sizeof(topic), r);
 		return refuse(p, "22004", 400, "payload",
 					  "Enqueue an empty JSON object or empty bytes if the record has no body.",
 					  "payload must not be NULL (topic %s)", topic);
+	}
 	if (!check_idempotency_key(r->idempotency_key, p) || !check_message_key(r->message_key, p) ||
 		!check_content_type(r->content_type, p))
 		return false;
@@ -416,6 +431,7 @@ record_check(const record_fields *r, int64_t limit, record_problem *p)
 		int64_t header_bytes = size - (int64_t) r->payload.len - (int64_t) r->idempotency_key.len -
 							   (r->message_key.data ? (int64_t) r->message_key.len : 0);
 
+		quote_topic(topic, sizeof(topic), r);
 		return refuse(
 			p, "54000", 413, "size",
 			"Send a smaller payload (for example a reference to the data). The limit is the "

@@ -185,9 +185,8 @@ decode_path(const char *s, size_t len, char *out, size_t *out_len)
 		i += 2;
 	}
 	out[o] = '\0';
-	for (size_t i = 0, n; i < o; i += n)
-		if ((n = utf8_sequence_length((const unsigned char *) out + i, o - i)) == 0)
-			return "is not UTF-8 once its percent escapes are decoded";
+	if (record_invalid_utf8_at(out, o) >= 0)
+		return "is not UTF-8 once its percent escapes are decoded";
 	*out_len = o;
 	return NULL;
 }
