@@ -556,7 +556,6 @@ CREATE FUNCTION wal_delivery.run_sql_processor_row(p_id bigint, p_lease_token bi
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     held record;
-    call text;
     result bytea;
     err text;
     discarding boolean := false;

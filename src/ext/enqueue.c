@@ -352,7 +352,6 @@ enqueue_log_batch(Oid door, text *topic, PayloadKind kind, const BatchArray *pay
 		log_writer_close(writer);
 	}
 	enqueue_key_lookup_end(lookup);
-	lookup = NULL;
 
 	/*
 	 * A caller's key seen before, or whose insert was skipped (a record of this batch or a
