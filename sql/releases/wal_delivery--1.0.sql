@@ -1308,9 +1308,9 @@ CREATE TRIGGER refuse_delete_with_undelivered BEFORE DELETE ON wal_delivery.dest
 --
 -- Words used below:
 --   the door      the six wal_enqueue* overloads: the only routines here a writer may
---                 execute (roles.sql). They are SECURITY DEFINER with a pinned
---                 search_path; the internal routines they call run under them, so they
---                 need neither.
+--                 execute (roles.sql). They run as their caller; what they call runs
+--                 as the extension's owner with a pinned search_path (see "The door"
+--                 below), so the internal routines need neither.
 --   record size   what a record puts into its Kafka message besides the relay's own
 --                 headers: payload + idempotency key (a generated one is 36 bytes) +
 --                 message key + every header's name and value, in bytes.

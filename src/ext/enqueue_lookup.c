@@ -25,6 +25,7 @@
 #include "utils/syscache.h"
 
 #include "enqueue_lookup.h"
+#include "outbox_log_layout.h"
 
 /*
  * Relation oids by name (and a generation's dedupe index by the generation's oid), kept
@@ -220,7 +221,7 @@ typedef struct KeyTarget
 	TupleTableSlot *slot;
 } KeyTarget;
 
-#define KEY_TARGETS 4 /* the row table and the log's three generations */
+#define KEY_TARGETS (1 + LOG_GENERATIONS) /* the row table and the log's generations */
 
 struct KeyLookup
 {
@@ -257,7 +258,7 @@ open_target(KeyTarget *target, const char *name, Oid index_oid, int gen)
 KeyLookup *
 enqueue_key_lookup_begin(int skip_gen)
 {
-	static const char *const generations[] = {"outbox_log_0", "outbox_log_1", "outbox_log_2"};
+	static const char *const generations[LOG_GENERATIONS] = LOG_GENERATION_TABLES;
 	KeyLookup *lookup = palloc0(sizeof(KeyLookup));
 
 	open_target(&lookup->targets[0], "outbox_rows",

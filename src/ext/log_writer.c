@@ -2,20 +2,22 @@
  * log_writer.c: the log's inserts without a query (see log_writer.h).
  *
  * Why: an INSERT through SPI, even with a kept plan, starts and ends an executor for a
- * ModifyTable on every call and checks the partition constraint; that was 108k of the
- * 120k instructions wal_enqueue's transaction cost over an application's plain INSERT
- * (bench/RESULTS.md, issue 17 goal 5). Here a record is a heap insert and its index
- * inserts, as logical replication's apply worker writes rows: an executor state holds the
- * open indexes for the call (one record or a batch), nothing is planned.
+ * ModifyTable on every call and checks the partition constraint; that was most of what
+ * wal_enqueue's transaction cost over an application's plain INSERT (bench/enqueue). Here
+ * a record is a heap insert and its index inserts, as logical replication's apply worker
+ * writes rows: an executor state holds the open indexes for the call (one record or a
+ * batch), nothing is planned.
  *
  * What a query would have done and this does itself: the column defaults (xid is the top
  * transaction's id, as pg_current_xact_id(); created_at is now()), and ON CONFLICT DO
  * NOTHING on the dedupe index for a caller's key, by the executor's speculative insertion
  * (insert with a token, insert the index entries, confirm or kill; check and wait).
- * What it does not: triggers, CHECK constraints and row security. The log has none, it
- * is the extension's own table (owner-only; wal_enqueue is SECURITY DEFINER), and
- * log_writer_open refuses a generation that has grown triggers or checks rather than
- * skipping them. The partition constraint holds by construction (gen is the partition's).
+ * What it does not: triggers, CHECK constraints and row security. The log has none: it
+ * is the extension's own table, which no other role may write. wal_enqueue runs as its
+ * caller (SECURITY INVOKER), and this library writes the table by oid, checking no
+ * privilege, so a caller gets no right to the table itself. log_writer_open refuses a
+ * generation that has grown triggers or checks rather than skipping them. The partition
+ * constraint holds by construction (gen is the partition's).
  */
 #include "postgres.h"
 
@@ -32,38 +34,10 @@
 
 #include "enqueue_lookup.h"
 #include "log_writer.h"
+#include "outbox_log_layout.h"
 #include "relay_wakeup.h"
 
-#define LOG_GENERATIONS 3
-#define LOG_LANES       8
-
-/* outbox_log's columns in table order (sql/src/outbox.sql); checked on every open. */
-enum
-{
-	COL_GEN,
-	COL_LANE,
-	COL_CALLER_KEY,
-	COL_XID,
-	COL_ID,
-	COL_CREATED_AT,
-	COL_ENQUEUED_BY,
-	COL_ENQUEUED_BY_SESSION,
-	COL_TOPIC,
-	COL_IDEMPOTENCY_KEY,
-	COL_MESSAGE_KEY,
-	COL_CONTENT_TYPE,
-	COL_HEADERS,
-	COL_PAYLOAD,
-	LOG_COLUMNS
-};
-
-static const char *const column_names[LOG_COLUMNS] = {"gen",         "lane",
-													  "caller_key",  "xid",
-													  "id",          "created_at",
-													  "enqueued_by", "enqueued_by_session",
-													  "topic",       "idempotency_key",
-													  "message_key", "content_type",
-													  "headers",     "payload"};
+static const char *const column_names[LOG_COLUMNS] = LOG_COLUMN_NAMES;
 
 struct LogWriter
 {
@@ -105,8 +79,7 @@ check_shape(Relation rel)
 LogWriter *
 log_writer_open(int gen)
 {
-	static const char *const names[LOG_GENERATIONS] = {"outbox_log_0", "outbox_log_1",
-													   "outbox_log_2"};
+	static const char *const names[LOG_GENERATIONS] = LOG_GENERATION_TABLES;
 	LogWriter *w = palloc0(sizeof(LogWriter));
 	MemoryContext old;
 
@@ -141,22 +114,22 @@ store_record(LogWriter *w, const LogRecord *r)
 
 	ExecClearTuple(slot);
 	memset(isnull, 0, sizeof(bool) * LOG_COLUMNS);
-	v[COL_GEN] = Int16GetDatum((int16) w->gen);
-	v[COL_LANE] = Int16GetDatum((int16) (r->id % LOG_LANES));
-	v[COL_CALLER_KEY] = BoolGetDatum(r->caller_key);
-	v[COL_XID] = FullTransactionIdGetDatum(GetTopFullTransactionId());
-	v[COL_ID] = Int64GetDatum(r->id);
-	v[COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	v[COL_ENQUEUED_BY] = ObjectIdGetDatum(GetOuterUserId());
-	v[COL_ENQUEUED_BY_SESSION] = ObjectIdGetDatum(GetSessionUserId());
-	v[COL_TOPIC] = PointerGetDatum(r->topic);
-	v[COL_IDEMPOTENCY_KEY] = PointerGetDatum(r->idempotency_key);
-	v[COL_MESSAGE_KEY] = PointerGetDatum(r->message_key);
-	isnull[COL_MESSAGE_KEY] = r->message_key == NULL;
-	v[COL_CONTENT_TYPE] = PointerGetDatum(r->content_type);
-	v[COL_HEADERS] = PointerGetDatum(r->headers);
-	isnull[COL_HEADERS] = r->headers == NULL;
-	v[COL_PAYLOAD] = PointerGetDatum(r->payload);
+	v[LOG_COL_GEN] = Int16GetDatum((int16) w->gen);
+	v[LOG_COL_LANE] = Int16GetDatum((int16) log_lane_of(r->id));
+	v[LOG_COL_CALLER_KEY] = BoolGetDatum(r->caller_key);
+	v[LOG_COL_XID] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	v[LOG_COL_ID] = Int64GetDatum(r->id);
+	v[LOG_COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	v[LOG_COL_ENQUEUED_BY] = ObjectIdGetDatum(GetOuterUserId());
+	v[LOG_COL_ENQUEUED_BY_SESSION] = ObjectIdGetDatum(GetSessionUserId());
+	v[LOG_COL_TOPIC] = PointerGetDatum(r->topic);
+	v[LOG_COL_IDEMPOTENCY_KEY] = PointerGetDatum(r->idempotency_key);
+	v[LOG_COL_MESSAGE_KEY] = PointerGetDatum(r->message_key);
+	isnull[LOG_COL_MESSAGE_KEY] = r->message_key == NULL;
+	v[LOG_COL_CONTENT_TYPE] = PointerGetDatum(r->content_type);
+	v[LOG_COL_HEADERS] = PointerGetDatum(r->headers);
+	isnull[LOG_COL_HEADERS] = r->headers == NULL;
+	v[LOG_COL_PAYLOAD] = PointerGetDatum(r->payload);
 	ExecStoreVirtualTuple(slot);
 }
 
@@ -222,7 +195,7 @@ log_writer_insert(LogWriter *w, const LogRecord *r)
 	}
 	ResetPerTupleExprContext(w->estate);
 	if (inserted)
-		relay_wake_lane_at_commit(r->id % LOG_LANES);
+		relay_wake_lane_at_commit(log_lane_of(r->id));
 	return inserted;
 }
 
