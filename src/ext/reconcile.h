@@ -1,14 +1,13 @@
 /*
- * reconcile.h: the reconciler background worker (reconcile.c) and its settings.
+ * reconcile.h: the reconciler background worker (reconcile.c), which makes Kafka match
+ * the control plane.
  */
 #ifndef RECONCILE_H
 #define RECONCILE_H
 
 #include "postgres.h"
 
-void define_reconcile_settings(void);
-void register_reconcile_worker(void);
-
+/* Started by the postmaster (bgworkers.c). */
 PGDLLEXPORT void wal_delivery_reconcile_main(Datum main_arg);
 
 #endif

@@ -17,7 +17,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 
-#include "relay.h"
+#include "settings.h"
 #include "relay_wakeup.h"
 #include "wal_delivery.h"
 

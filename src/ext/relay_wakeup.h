@@ -13,7 +13,7 @@
 
 #include "storage/latch.h"
 
-#define MAX_RELAY_WORKERS 16
+#include "settings.h" /* MAX_RELAY_WORKERS */
 
 void relay_wakeup_request_shmem(void);
 void relay_wakeup_init_shmem(void);

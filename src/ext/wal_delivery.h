@@ -9,11 +9,6 @@
 #error "WAL_DELIVERY_VERSION is not defined: build with the project's Makefile"
 #endif
 
-extern bool wal_delivery_force_delete;
-
-void register_wal_delivery_worker(const char *function, const char *name, const char *type,
-								  int arg);
-
 /* PostgreSQL 15's fmgr.h does not declare it. */
 void _PG_init(void);
 

@@ -1,0 +1,103 @@
+/*
+ * settings.c: every setting (GUC) of the extension, in one place.
+ *
+ * Settings that need a restart (the database, the number of relays) are PGC_POSTMASTER;
+ * the rest take effect at the next reload, which each background worker handles itself.
+ * MarkGUCPrefixReserved makes a misspelt wal_delivery.* setting an error.
+ */
+#include "postgres.h"
+
+#include "utils/guc.h"
+
+#include "settings.h"
+
+char *wal_delivery_database = NULL;
+int wal_delivery_relay_workers = 1;
+char *kafka_bootstrap_servers = NULL;
+char *kafka_properties = NULL;
+int relay_batch_size = 500;
+int relay_idle_interval_ms = 1000;
+int relay_delivery_timeout_ms = 30000;
+int relay_max_backoff_ms = 60000;
+int relay_shutdown_flush_ms = 5000;
+int maintenance_interval_ms = 10000;
+int reconcile_interval_ms = 30000;
+bool wal_delivery_force_delete = false;
+
+static void
+define_worker_settings(void)
+{
+	DefineCustomStringVariable("wal_delivery.database", "Database the relay workers connect to.",
+							   "The database where CREATE EXTENSION wal_delivery ran.",
+							   &wal_delivery_database, "postgres", PGC_POSTMASTER, 0, NULL, NULL,
+							   NULL);
+	DefineCustomIntVariable("wal_delivery.relay_workers", "Number of relay background workers.",
+							"0 disables the relay.", &wal_delivery_relay_workers, 1, 0,
+							MAX_RELAY_WORKERS, PGC_POSTMASTER, 0, NULL, NULL, NULL);
+}
+
+static void
+define_kafka_settings(void)
+{
+	DefineCustomStringVariable("wal_delivery.kafka_bootstrap_servers",
+							   "Kafka bootstrap servers (host:port,...) for the relay.", NULL,
+							   &kafka_bootstrap_servers, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable(
+		"wal_delivery.kafka_properties",
+		"librdkafka properties for the relay, passed unchanged: name=value;name=value.",
+		"For security, SASL, TLS, compression, linger and the like, e.g. "
+		"'security.protocol=ssl;compression.type=lz4'.",
+		&kafka_properties, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
+}
+
+static void
+define_relay_settings(void)
+{
+	DefineCustomIntVariable("wal_delivery.relay_batch_size", "Rows one relay pass claims.", NULL,
+							&relay_batch_size, 500, 1, 100000, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_idle_interval",
+							"How long an idle relay sleeps when no commit wakes it.", NULL,
+							&relay_idle_interval_ms, 1000, 10, 600000, PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_delivery_timeout",
+							"How long a record may wait for Kafka's acknowledgement in one pass "
+							"(librdkafka message.timeout.ms).",
+							NULL, &relay_delivery_timeout_ms, 30000, 1000, 3600000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable(
+		"wal_delivery.relay_max_backoff", "Longest wait between passes while Kafka fails.", NULL,
+		&relay_max_backoff_ms, 60000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_shutdown_flush",
+							"How long a stopping relay waits for outstanding acknowledgements.",
+							NULL, &relay_shutdown_flush_ms, 5000, 0, 60000, PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+static void
+define_periodic_settings(void)
+{
+	DefineCustomIntVariable("wal_delivery.maintenance_interval",
+							"How often relay 0 expires processing leases and purges finished rows.",
+							NULL, &maintenance_interval_ms, 10000, 100, 3600000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.reconcile_interval",
+							"How often the reconciler checks Kafka even without a config change.",
+							NULL, &reconcile_interval_ms, 30000, 1000, 86400000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+}
+
+void
+define_settings(void)
+{
+	DefineCustomBoolVariable(
+		"wal_delivery.force_delete",
+		"Allows deleting a topic or destination that still has undelivered records.",
+		"The undelivered records of a deleted topic are removed with it. Set it only for "
+		"the transaction that deletes (SET LOCAL).",
+		&wal_delivery_force_delete, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	define_worker_settings();
+	define_kafka_settings();
+	define_relay_settings();
+	define_periodic_settings();
+	MarkGUCPrefixReserved("wal_delivery");
+}

@@ -1,0 +1,87 @@
+/*
+ * worker_spi.c: how the background workers run their statements: each pass or task in a short
+ * transaction of its own, SPI for the statements, plans kept for the ones every pass runs,
+ * and arrays for parameters, so one statement marks a whole batch.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "pgstat.h"
+#include "utils/array.h"
+#include "utils/snapmgr.h"
+
+#include "worker_spi.h"
+
+void
+worker_xact_begin(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+void
+worker_xact_end(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+void
+spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values)
+{
+	int rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+}
+
+/*
+ * Planning the statements every pass runs (the claim, and per lane its cursor, its batch
+ * and the cursor's move) on every pass was most of an idle relay's CPU, since each commit
+ * wakes a pass. The plan cache re-plans by itself after DDL on what they read (a TRUNCATE
+ * of a generation, the extension dropped and created again).
+ */
+void
+spi_exec_kept(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *values,
+			  const char *nulls)
+{
+	int rc;
+
+	if (*plan == NULL)
+	{
+		SPIPlanPtr p = SPI_prepare(sql, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "wal_delivery relay: could not prepare (%s): %s",
+				 SPI_result_code_string(SPI_result), sql);
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "wal_delivery relay: could not keep the plan of: %s", sql);
+		*plan = p;
+	}
+	rc = SPI_execute_plan(*plan, values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+}
+
+Datum
+int8_array(int64 *values, int n)
+{
+	Datum *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(values[i]);
+	return PointerGetDatum(
+		construct_array(elems, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+Datum
+text_array(Datum *texts, int n)
+{
+	return PointerGetDatum(construct_array(texts, n, TEXTOID, -1, false, TYPALIGN_INT));
+}

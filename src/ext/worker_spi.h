@@ -1,0 +1,32 @@
+/*
+ * worker_spi.h: how the background workers run their statements (worker_spi.c).
+ */
+#ifndef WORKER_SPI_H
+#define WORKER_SPI_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+
+/*
+ * A short transaction with SPI connected and a snapshot pushed; activity is what
+ * pg_stat_activity shows meanwhile. worker_xact_end commits it and shows idle.
+ */
+void worker_xact_begin(const char *activity);
+void worker_xact_end(void);
+
+/* Runs sql once; an SPI failure is an ERROR that names the statement. */
+void spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values);
+
+/*
+ * Runs sql through a plan kept for the session in *plan (prepared on first use);
+ * nulls as SPI_execute_plan's.
+ */
+void spi_exec_kept(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *values,
+				   const char *nulls);
+
+/* Parameters: an int8[] of n values, a text[] of n text datums. */
+Datum int8_array(int64 *values, int n);
+Datum text_array(Datum *texts, int n);
+
+#endif
