@@ -773,9 +773,9 @@ CREATE TYPE wal_delivery.outbox_state AS ENUM ('pending', 'processing', 'process
 -- Autovacuum settings for a queue table: vacuum early, by dead and by inserted rows.
 -- vacuum_truncate is off, as measured by bench/retention: under steady writes autovacuum
 -- kept trying to truncate the outbox's tail, could not get the lock, and gave up after 5 s
--- each time (119 s of 150 s of vacuum time in one run); without truncation the table was
--- 0.74x the size at the same throughput. The cost: space after a peak is only returned by
--- a manual VACUUM (TRUNCATE).
+-- each time, which was most of its time; without truncation the table stayed smaller at
+-- the same throughput. The cost: space after a peak is only returned by a manual
+-- VACUUM (TRUNCATE).
 -- Outbox ids, for the log and the row table alike (a held record keeps its id).
 CREATE SEQUENCE wal_delivery.outbox_ids;
 
@@ -1554,8 +1554,8 @@ END $$;
 -- which raises the rules' errors. They run as their caller: the C path reads and writes
 -- the extension's relations by oid (no privilege is checked, no name resolved), and only
 -- the SQL path switches to their owner with search_path pinned, as SECURITY DEFINER ...
--- SET search_path would (src/ext/enqueue_sql.c); the switch on every call cost an
--- application's transaction 2% (bench/enqueue/instructions).
+-- SET search_path would (src/ext/enqueue_sql.c): the switch is a cost on every call
+-- (bench/enqueue/instructions counts it).
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload jsonb, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint
@@ -1865,8 +1865,8 @@ END $$;
 
 -- Kafka acknowledged these rows with their topic's acks. All or nothing. It finds its
 -- rows by primary key: with statistics taken while nothing was pending, "id = ANY(...)
--- AND ready to ship" was planned as a scan of the whole ready-to-ship index, 110 ms per
--- call against 10 ms (bench/relay).
+-- AND ready to ship" was planned as a scan of the whole ready-to-ship index on every call
+-- (bench/relay).
 CREATE FUNCTION wal_delivery.mark_stored(p_ids bigint[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -2196,7 +2196,7 @@ END $$;
 -- state and lease afterwards. With the conditions in the WHERE clause, PL/pgSQL's generic
 -- plan scanned the outbox_processing_leases index on "lease_until > now()" and filtered by
 -- id: every call read every index entry of every row processed since the last vacuum
--- (bench/process: 1 ms per row after 5,000 rows and growing, 3 ms after 10,000), the same
+-- (bench/process: the cost per row grew with every row processed), the same
 -- trap as mark_stored's (relay.sql).
 
 -- The processor's result, accepted only from the current lease holder within its lease.

@@ -250,8 +250,8 @@ END $$;
 -- which raises the rules' errors. They run as their caller: the C path reads and writes
 -- the extension's relations by oid (no privilege is checked, no name resolved), and only
 -- the SQL path switches to their owner with search_path pinned, as SECURITY DEFINER ...
--- SET search_path would (src/ext/enqueue_sql.c); the switch on every call cost an
--- application's transaction 2% (bench/enqueue/instructions).
+-- SET search_path would (src/ext/enqueue_sql.c): the switch is a cost on every call
+-- (bench/enqueue/instructions counts it).
 CREATE FUNCTION pg_catalog.wal_enqueue(topic text, payload jsonb, idempotency_key text DEFAULT NULL,
                                        key text DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS bigint

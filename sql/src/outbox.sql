@@ -42,9 +42,9 @@ CREATE TYPE wal_delivery.outbox_state AS ENUM ('pending', 'processing', 'process
 -- Autovacuum settings for a queue table: vacuum early, by dead and by inserted rows.
 -- vacuum_truncate is off, as measured by bench/retention: under steady writes autovacuum
 -- kept trying to truncate the outbox's tail, could not get the lock, and gave up after 5 s
--- each time (119 s of 150 s of vacuum time in one run); without truncation the table was
--- 0.74x the size at the same throughput. The cost: space after a peak is only returned by
--- a manual VACUUM (TRUNCATE).
+-- each time, which was most of its time; without truncation the table stayed smaller at
+-- the same throughput. The cost: space after a peak is only returned by a manual
+-- VACUUM (TRUNCATE).
 -- Outbox ids, for the log and the row table alike (a held record keeps its id).
 CREATE SEQUENCE wal_delivery.outbox_ids;
 

@@ -207,7 +207,7 @@ END $$;
 -- state and lease afterwards. With the conditions in the WHERE clause, PL/pgSQL's generic
 -- plan scanned the outbox_processing_leases index on "lease_until > now()" and filtered by
 -- id: every call read every index entry of every row processed since the last vacuum
--- (bench/process: 1 ms per row after 5,000 rows and growing, 3 ms after 10,000), the same
+-- (bench/process: the cost per row grew with every row processed), the same
 -- trap as mark_stored's (relay.sql).
 
 -- The processor's result, accepted only from the current lease holder within its lease.

@@ -64,8 +64,8 @@ END $$;
 
 -- Kafka acknowledged these rows with their topic's acks. All or nothing. It finds its
 -- rows by primary key: with statistics taken while nothing was pending, "id = ANY(...)
--- AND ready to ship" was planned as a scan of the whole ready-to-ship index, 110 ms per
--- call against 10 ms (bench/relay).
+-- AND ready to ship" was planned as a scan of the whole ready-to-ship index on every call
+-- (bench/relay).
 CREATE FUNCTION wal_delivery.mark_stored(p_ids bigint[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

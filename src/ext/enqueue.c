@@ -1,8 +1,8 @@
 /*
  * enqueue.c: the door (wal_enqueue, wal_enqueue_batch) in C.
  *
- * Why C: the PL/pgSQL door cost an application's transaction 0.64-0.87x the throughput of
- * a plain INSERT of the same row (bench/enqueue; issue 17, goal 5): a PL/pgSQL call per
+ * Why C: the PL/pgSQL door cost an application's transaction much of the throughput of a
+ * plain INSERT of the same row (bench/enqueue compares the two): a PL/pgSQL call per
  * level, a query each for the topic, the generation and the key, and the record's rules
  * checked in PL/pgSQL. Here a record of a topic without a processor costs the topic and
  * generation from a per-backend cache (enqueue_cache.c), a key's reads through indexes

@@ -2,10 +2,9 @@
  * enqueue_cache.c: the control plane as enqueue reads it, kept per backend (see
  * enqueue_cache.h).
  *
- * Why: reading the topic's row and the generations on every call cost an application's
- * transaction 20k instructions of its ~500k (bench/enqueue/instructions; issue 17 goal 5),
- * for rows that change a few times a day (topics) or once per idempotency window (the
- * log's rotation).
+ * Why: reading the topic's row and the generations on every call was a visible share of
+ * an application's transaction (bench/enqueue/instructions counts it), for rows that
+ * change a few times a day (topics) or once per idempotency window (the log's rotation).
  *
  * How it stays right: both tables have a statement trigger (forget_enqueue_cache) that
  * sends a relcache invalidation of the table, which Postgres delivers to every backend

@@ -8,8 +8,8 @@
  * Each statement runs as the door's owner with search_path pinned, as a SECURITY DEFINER
  * function with SET search_path would, and only here: the door itself is SECURITY
  * INVOKER, since its C path needs neither (it reads and writes relations by oid, which
- * checks no privilege and resolves no name), and the definer's switch cost every call
- * about 11.7k instructions, 2% of an application's transaction (bench/enqueue/instructions).
+ * checks no privilege and resolves no name), and the definer's switch is a cost on every
+ * call (bench/enqueue/instructions counts it).
  * A pinned search_path also means the kept plans are never re-planned for a caller's.
  */
 #include "postgres.h"

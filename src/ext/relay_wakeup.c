@@ -3,8 +3,8 @@
  * relay_wakeup.h). One latch set per committed transaction, however many records it
  * enqueued, so enqueue stays cheap; none for a relay that is not listening (it cannot
  * ship: no Kafka settings, no extension), so the commits of a busy database do not wake,
- * thousands of times a second, a relay that has nothing to do (bench/enqueue: 8 clients
- * paid 15% of their throughput for those wakeups).
+ * thousands of times a second, a relay that has nothing to do (bench/enqueue measures
+ * what those wakeups cost the application).
  */
 #include "postgres.h"
 
