@@ -81,7 +81,7 @@ SELECT count(*) AS subscriptions_left FROM wal_delivery.subscriptions;
 DELETE FROM wal_delivery.topics;
 
 -- What keeps one bad row from stopping the fleet, as a DBA runs it: a non-superuser login
--- member of wal_delivery_admin (README, "Checks on the config tables").
+-- member of wal_delivery_admin (docs/operations.md, "Checks on the config tables").
 CREATE FUNCTION regress.proc_text(payload bytea) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$;
 CREATE FUNCTION regress.proc_set(payload bytea) RETURNS SETOF bytea LANGUAGE sql AS $$ SELECT payload $$;
 CREATE PROCEDURE regress.proc_proc(payload bytea) LANGUAGE sql AS $$ SELECT 1 $$;

@@ -1,5 +1,5 @@
 """The control plane as a DBA runs it: a fresh non-superuser LOGIN role that is a member of
-wal_delivery_admin does every operation the README and docs/operations.md describe (the
+wal_delivery_admin does every operation docs/operations.md describes (the
 config tables, on-call SQL, archive and restore, pg_cron scheduling, every operator view).
 Valid rows are accepted; every CHECK constraint and validation trigger of the config
 tables refuses a bad value with its documented SQLSTATE, never with a privilege error. A
@@ -36,7 +36,7 @@ def roles():
         su.execute("CREATE SCHEMA IF NOT EXISTS adm_test")
         su.execute("CREATE OR REPLACE FUNCTION adm_test.ident(p bytea) RETURNS bytea"
                    " LANGUAGE sql AS $$ SELECT p $$")
-        # As the README says: the schema of a SQL processor is usable by the admins.
+        # As docs/operations.md says: the schema of a SQL processor is usable by the admins.
         su.execute("GRANT USAGE ON SCHEMA adm_test TO wal_delivery_admin")
         su.execute(f"CREATE ROLE {ADMIN} LOGIN IN ROLE wal_delivery_admin")
         su.execute(f"CREATE ROLE {WRITER} LOGIN IN ROLE wal_delivery_writer")

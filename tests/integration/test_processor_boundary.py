@@ -1,6 +1,6 @@
 """A SQL processor holds settings.processing_role's rights and nothing more, whatever SQL
 it runs, with a real `wal-worker process` logged in as a member of wal_delivery_worker
-(issue 29, item 1). The attacker is the README's processor owner: a login with only
+(issue 29, item 1). The attacker is a processor's owner: a login with only
 wal_delivery_writer that owns the processor's schema. Its processor tries every way out
 it can think of, catches each failure (so the record ships unchanged and nobody would
 notice) and writes what it got into a table of its own. Nothing it writes may hold a

@@ -105,7 +105,7 @@ def test_logins_acting_as_the_writer_role_see_only_their_own_records(writers, un
                 app.execute("SET ROLE wal_delivery_writer")
                 assert app.execute("SELECT id, idempotency_key FROM wal_delivery.my_records").fetchall() \
                     == [(ids[role], role)]
-                # Keys are per topic: the other writer's key answers with its id (README).
+                # Keys are per topic: the other writer's key answers with its id (docs/operations.md).
                 other = first if role == second else second
                 assert app.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s)", (topic, other)).fetchone()[0] \
                     == ids[other]
