@@ -1317,7 +1317,8 @@ CREATE TRIGGER refuse_delete_with_undelivered BEFORE DELETE ON wal_delivery.dest
 --   record limit  the largest record size a topic takes (record_limit).
 --
 -- The rules a record must meet are in check_record, for both wal_enqueue and each record
--- of wal_enqueue_batch; README.md ("Errors from enqueue") lists them with their SQLSTATEs.
+-- of wal_enqueue_batch; docs/operations.md ("Errors from enqueue") lists them with their
+-- SQLSTATEs.
 
 -- Enqueue keeps the topics and the current generation per backend (src/ext/enqueue_cache.c);
 -- a change to either table makes every backend forget them, as a catalog change would:
@@ -1365,7 +1366,7 @@ BEGIN
               HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
 END $$;
 
--- Refuses a record that breaks a rule of the contract, with the SQLSTATE README.md gives
+-- Refuses a record that breaks a rule of the contract, with the SQLSTATE docs/operations.md gives
 -- for it; returns nothing. p_position is the record's place in a batch (1 = first), NULL for
 -- wal_enqueue. p_idempotency_key is the key the record will have (a generated one for NULL).
 CREATE FUNCTION wal_delivery.check_record(
@@ -3383,11 +3384,14 @@ END $$;
 -- ==== sql/src/roles.sql
 
 -- Roles and privileges, last, once every object exists. Nothing in the schema is PUBLIC's:
---   wal_delivery_writer   applications: enqueue, and read the status of their own records
---   wal_delivery_admin    operators and the workers: the control plane, dead letters, and
---                         the routines the workers call
+--   wal_delivery_writer     applications: enqueue, and read the status of their own records
+--   wal_delivery_admin      operators: the control plane, dead letters, and the routines
+--                           the workers call
 --   wal_delivery_processor  what SQL processors run as (settings.processing_role): nothing
---                         here; the DBA grants it what the processors need
+--                           here; the DBA grants it what the processors need
+--   wal_delivery_ingest     `wal-worker ingest` (below): a writer and its own config
+--   wal_delivery_worker     `wal-worker consume|retry|dlq|process` (below): the routines
+--                           they call, no config table
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 

@@ -13,7 +13,8 @@
 --   record limit  the largest record size a topic takes (record_limit).
 --
 -- The rules a record must meet are in check_record, for both wal_enqueue and each record
--- of wal_enqueue_batch; README.md ("Errors from enqueue") lists them with their SQLSTATEs.
+-- of wal_enqueue_batch; docs/operations.md ("Errors from enqueue") lists them with their
+-- SQLSTATEs.
 
 -- Enqueue keeps the topics and the current generation per backend (src/ext/enqueue_cache.c);
 -- a change to either table makes every backend forget them, as a catalog change would:
@@ -61,7 +62,7 @@ BEGIN
               HINT = format('Check the spelling, or ask an admin to create it: INSERT INTO wal_delivery.topics (name) VALUES (%L).', p_topic);
 END $$;
 
--- Refuses a record that breaks a rule of the contract, with the SQLSTATE README.md gives
+-- Refuses a record that breaks a rule of the contract, with the SQLSTATE docs/operations.md gives
 -- for it; returns nothing. p_position is the record's place in a batch (1 = first), NULL for
 -- wal_enqueue. p_idempotency_key is the key the record will have (a generated one for NULL).
 CREATE FUNCTION wal_delivery.check_record(

@@ -1,9 +1,12 @@
 -- Roles and privileges, last, once every object exists. Nothing in the schema is PUBLIC's:
---   wal_delivery_writer   applications: enqueue, and read the status of their own records
---   wal_delivery_admin    operators and the workers: the control plane, dead letters, and
---                         the routines the workers call
+--   wal_delivery_writer     applications: enqueue, and read the status of their own records
+--   wal_delivery_admin      operators: the control plane, dead letters, and the routines
+--                           the workers call
 --   wal_delivery_processor  what SQL processors run as (settings.processing_role): nothing
---                         here; the DBA grants it what the processors need
+--                           here; the DBA grants it what the processors need
+--   wal_delivery_ingest     `wal-worker ingest` (below): a writer and its own config
+--   wal_delivery_worker     `wal-worker consume|retry|dlq|process` (below): the routines
+--                           they call, no config table
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 
