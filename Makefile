@@ -3,6 +3,7 @@
 #   make            build both          make install   install the extension and wal-worker
 #   make demo       run it end to end   make test      set up, build and run every test
 #   make bench      run the benchmarks  make format    clang-format the C sources
+#   make check-format  report C sources clang-format would change, rewriting none
 #   make deb        the Debian packages (postgresql-15-wal-delivery, wal-delivery-worker)
 
 EXTENSION  = wal_delivery
@@ -158,7 +159,7 @@ clean-workers:
 	rm -rf build bin
 
 # ---------------------------------------------------------------- the project's commands
-.PHONY: setup test demo demo-stop bench format clean-workers check-release freeze-release \
+.PHONY: setup test demo demo-stop bench format check-format clean-workers check-release freeze-release \
 	install-worker uninstall-worker deb fuzz
 
 setup:
@@ -184,8 +185,16 @@ bench:
 chaos:
 	chaos/run $(if $(DURATION),--duration $(DURATION))
 
+# The C sources kept to .clang-format: `make format` rewrites them; `make check-format`
+# only reports (tests/lint and tests/integration/test_source_format.py run it).
+FORMAT_SOURCES = $(wildcard src/*/*.[ch] src/*/*/*.[ch] fuzz/*.[ch])
+
 format:
-	clang-format -i $(wildcard src/ext/*.[ch] src/workers/*.[ch] src/workers/*/*.[ch])
+	clang-format -i $(FORMAT_SOURCES)
+
+check-format:
+	@[ -n "$(FORMAT_SOURCES)" ] || { echo "check-format: no C sources found" >&2; exit 1; }
+	@clang-format --dry-run --Werror $(FORMAT_SOURCES)
 
 # ---------------------------------------------------------------- the Debian packages
 # Built with the Postgres packaging tools (debian/, pg_buildext) from a copy of the

@@ -213,9 +213,8 @@ record_quote(char *out, size_t out_size, const char *s, size_t len, size_t max_c
 	out[o] = '\0';
 }
 
-static bool
-refuse(record_problem *p, const char *sqlstate, int http_status, const char *field,
-	   const char *hint, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static bool refuse(record_problem *p, const char *sqlstate, int http_status, const char *field,
+				   const char *hint, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 static bool
 refuse(record_problem *p, const char *sqlstate, int http_status, const char *field,
@@ -365,14 +364,15 @@ check_header(const record_header *headers, int i, record_problem *p)
 			lower[c] = ascii_lower(h->name.data[c]);
 		lower[h->name.len] = '\0';
 		o = (size_t) snprintf(hint, sizeof(hint),
-							 "Rename it, for example \"x-app-%s\". Reserved in any case: ", lower);
+							  "Rename it, for example \"x-app-%s\". Reserved in any case: ", lower);
 		for (int r = 0; r < record_n_reserved_headers && o < sizeof(hint); r++)
 			o += (size_t) snprintf(hint + o, sizeof(hint) - o, "%s%s", r ? ", " : "",
 								   record_reserved_headers[r]);
 		if (o < sizeof(hint))
 			snprintf(hint + o, sizeof(hint) - o, ".");
 		return refuse(p, "22023", 400, "headers", hint,
-					  "header %s is reserved: the relay and the workers write it", shown_name(shown, sizeof(shown), h));
+					  "header %s is reserved: the relay and the workers write it",
+					  shown_name(shown, sizeof(shown), h));
 	}
 	for (int j = 0; j < i; j++)
 		if (same_name(headers[j].name, h->name.data, h->name.len))
@@ -385,13 +385,14 @@ check_header(const record_header *headers, int i, record_problem *p)
 		return refuse(p, "22023", 400, "headers",
 					  "A line break would end the header; encode such a value (base64, "
 					  "percent-encoding) or leave it out.",
-					  "header %s must not hold control characters, found %s", shown_name(shown, sizeof(shown), h), where);
+					  "header %s must not hold control characters, found %s",
+					  shown_name(shown, sizeof(shown), h), where);
 	}
 	if (record_invalid_utf8_at(h->value.data, h->value.len) >= 0)
 	{
 		describe_invalid(where, sizeof(where), h->value.data, h->value.len);
-		return refuse(p, "22021", 400, "headers", utf8_hint,
-					  "header %s is not valid UTF-8: %s", shown_name(shown, sizeof(shown), h), where);
+		return refuse(p, "22021", 400, "headers", utf8_hint, "header %s is not valid UTF-8: %s",
+					  shown_name(shown, sizeof(shown), h), where);
 	}
 	return true;
 }

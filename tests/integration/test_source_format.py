@@ -6,9 +6,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_c_sources_are_clang_formatted():
-    files = sorted(str(p) for pattern in ("src/ext/*.[ch]", "src/workers/*.[ch]", "src/workers/*/*.[ch]")
-                   for p in ROOT.glob(pattern))
-    assert len(files) > 40, files
-    out = subprocess.run(["clang-format", "--dry-run", "--Werror", *files],
+    # The Makefile's FORMAT_SOURCES is the one list of the files (make format rewrites
+    # them; check-format fails when it finds none).
+    out = subprocess.run(["make", "-s", "--no-print-directory", "check-format"],
                          capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[:3000]
+    assert out.returncode == 0, (out.stdout + out.stderr)[:3000]
