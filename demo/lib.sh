@@ -5,6 +5,7 @@
 # ones, picked at start. $WAL_ENV_DIR/demo marks a directory as the demo's; the pid of the
 # demo/run that is running for it is in $WAL_ENV_DIR.pid, beside it, from its first step
 # on (tests/env up recreates the directory).
+# shellcheck shell=bash
 export WAL_ENV_DIR=${WAL_ENV_DIR:-/tmp/wal_delivery-demo-$(printf %s "$PWD" | sha256sum | cut -c1-8)}
 DEMO_MARKER=$WAL_ENV_DIR/demo
 DEMO_PID_FILE=$WAL_ENV_DIR.pid

@@ -1,4 +1,5 @@
 # Demo part: the control plane, the outbox and the relay. (Sourced by demo/run.)
+# shellcheck shell=bash
 demo_step "configuring a topic, a destination and a subscription with SQL"
 psql -X -q -v ON_ERROR_STOP=1 -v dest="$DEST_URL/orders" <<'SQL'
 CREATE EXTENSION IF NOT EXISTS wal_delivery;

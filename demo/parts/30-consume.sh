@@ -1,8 +1,9 @@
 # Demo part: the consumer delivers from Kafka to the sample destination. (Sourced by demo/run.)
+# shellcheck shell=bash
 demo_step "starting wal-worker consume; it delivers every record to every subscribed destination"
 start_in_background consume "$WAL_ENV_DIR/consume.log" \
   bin/wal-worker consume --db "$WORKER_DB" --admin-port 0 -X "bootstrap.servers=$KAFKA_BOOTSTRAP"
-ADMIN_PORTS[consume]=$(admin_port_of "$WAL_ENV_DIR/consume.log")
+ADMIN_PORTS["consume"]=$(admin_port_of "$WAL_ENV_DIR/consume.log")
 for _ in $(seq 1 300); do
   [ "$(wc -l <"$WAL_ENV_DIR/destination.jsonl" 2>/dev/null || echo 0)" -ge 3 ] && break
   sleep 0.2

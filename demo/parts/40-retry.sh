@@ -1,12 +1,15 @@
 # Demo part: a failed delivery is retried by wal-worker retry; dead letters land in SQL.
 # (Sourced by demo/run.) The retry worker runs at --time-scale 10: step 1 waits 1 s.
+# shellcheck shell=bash
 demo_step "starting wal-worker retry and wal-worker dlq (time scale 10: retry step 1 waits 1 s)"
 start_in_background retry "$WAL_ENV_DIR/retry.log" \
   bin/wal-worker retry --db "$WORKER_DB" --admin-port 0 --time-scale 10 -X "bootstrap.servers=$KAFKA_BOOTSTRAP"
 start_in_background dlq "$WAL_ENV_DIR/dlq.log" \
   bin/wal-worker dlq --db "$WORKER_DB" --admin-port 0 -X "bootstrap.servers=$KAFKA_BOOTSTRAP"
-ADMIN_PORTS[retry]=$(admin_port_of "$WAL_ENV_DIR/retry.log")
-ADMIN_PORTS[dlq]=$(admin_port_of "$WAL_ENV_DIR/dlq.log")
+# shellcheck disable=SC2034  # demo/run declares ADMIN_PORTS and reads it
+ADMIN_PORTS["retry"]=$(admin_port_of "$WAL_ENV_DIR/retry.log")
+# shellcheck disable=SC2034  # demo/run declares ADMIN_PORTS and reads it
+ADMIN_PORTS["dlq"]=$(admin_port_of "$WAL_ENV_DIR/dlq.log")
 sleep 3 # both join their consumer groups
 
 demo_step "the sample destination answers 503 once, then 400 for a refund: a retry and a dead letter"

@@ -1,5 +1,6 @@
 # Demo part: a processing topic. Its records are transformed by a SQL processor, run by
 # wal-worker process, before the relay ships them. (Sourced by demo/run.)
+# shellcheck shell=bash
 demo_step "a processing topic: wal-worker process runs a SQL processor before the relay ships"
 psql -X -q -v ON_ERROR_STOP=1 -v dest="$DEST_URL/invoices" <<'SQL'
 CREATE SCHEMA demo;
@@ -22,7 +23,8 @@ SQL
 echo "starting wal-worker process (logged in as wal_worker, not a superuser)"
 start_in_background process "$WAL_ENV_DIR/process.log" \
   bin/wal-worker process --db "$WORKER_DB" --admin-port 0
-ADMIN_PORTS[process]=$(admin_port_of "$WAL_ENV_DIR/process.log")
+# shellcheck disable=SC2034  # demo/run declares ADMIN_PORTS and reads it
+ADMIN_PORTS["process"]=$(admin_port_of "$WAL_ENV_DIR/process.log")
 for _ in $(seq 1 150); do
   [ "$(psql -X -A -t -c "SELECT count(*) FROM wal_delivery.outbox WHERE topic = 'orders.invoiced' AND state = 'stored'")" = 1 ] && break
   sleep 0.2

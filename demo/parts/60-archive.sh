@@ -1,6 +1,7 @@
 # Demo part: dead-letter archival to S3, scheduled with pg_cron. The S3 server is moto's,
 # from .cache/venv, on 127.0.0.1; it checks every request's SigV4 signature against the
 # keys of a user it made. (Sourced by demo/run.)
+# shellcheck shell=bash
 demo_step "archiving an old dead letter to a local S3-compatible server (moto); pg_cron schedules the job"
 S3_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 S3_URL="http://127.0.0.1:$S3_PORT"
