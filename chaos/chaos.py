@@ -127,7 +127,8 @@ def build_fingerprint():
     pgbin = os.environ.get("PGBIN") or subprocess.run(["pg_config", "--bindir"], capture_output=True,
                                                      text=True).stdout.strip()
     pg_config = str(Path(pgbin) / "pg_config") if Path(pgbin, "pg_config").exists() else "pg_config"
-    ask = lambda flag: subprocess.run([pg_config, flag], capture_output=True, text=True).stdout.strip()
+    def ask(flag):
+        return subprocess.run([pg_config, flag], capture_output=True, text=True).stdout.strip()
     files = [Path(ask("--pkglibdir")) / "wal_delivery.so",
              Path(ask("--sharedir")) / "extension" / "wal_delivery--1.0.sql", Path(WORKER)]
     out = {}
@@ -937,13 +938,13 @@ def collect(env, s3, out):
 def machine():
     info = {"cpus": os.cpu_count(), "kernel": os.uname().release}
     try:
-        info["os"] = dict(l.split("=", 1) for l in Path("/etc/os-release").read_text().splitlines()
-                          if "=" in l).get("PRETTY_NAME", "").strip('"')
+        info["os"] = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines()
+                          if "=" in line).get("PRETTY_NAME", "").strip('"')
         mem = Path("/proc/meminfo").read_text().split()[1]
         info["mem_gib"] = round(int(mem) / 1024 / 1024, 1)
-        for l in Path("/proc/cpuinfo").read_text().splitlines():
-            if l.startswith("model name"):
-                info["cpu"] = l.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
                 break
         info["load_avg_at_start"] = os.getloadavg()
     except OSError:

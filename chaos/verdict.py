@@ -72,7 +72,8 @@ class Run:
                 r["attempt"] = int(r["a"]) if (r.get("a") or "").isdigit() else None
             self.receipts[name] = sorted(rs, key=lambda r: r["at"])
         db = d / "db"
-        load = (lambda n: json.loads((db / f"{n}.json").read_text()) if (db / f"{n}.json").exists() else [])
+        def load(n):
+            return json.loads((db / f"{n}.json").read_text()) if (db / f"{n}.json").exists() else []
         self.dead = [dict(x, source="table") for x in load("dead_letters")] + \
                     [dict(x, source="s3") for x in load("archive")]
         self.outbox = {(r["topic"], r["idempotency_key"]): r["state"] for r in load("outbox")}

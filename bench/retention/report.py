@@ -252,7 +252,7 @@ lines = [
     ("relay backlog max (pending rows)", lambda s: f"{s['pending_max']:.0f}"),
     ("maintenance errors", lambda s: f"{len(s['errors'])}"),
 ]
-w0 = max(len(l[0]) for l in lines)
+w0 = max(len(row[0]) for row in lines)
 print(f"{'':<{w0}}  " + "  ".join(f"{d:>24}" for d in designs))
 for label, fn in lines:
     print(f"{label:<{w0}}  " + "  ".join(f"{fn(summary[d]):>24}" for d in designs))

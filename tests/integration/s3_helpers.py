@@ -5,7 +5,6 @@ uses, and a bucket. Also a small HTTP relay in front of it that can fail or stal
 PUTs, to cut an archive run off halfway."""
 import http.client
 import http.server
-import os
 import socket
 import subprocess
 import sys

@@ -441,7 +441,8 @@ def test_a_slow_dedicated_destination_does_not_slow_the_shared_ones(tmp_path, wo
         fast.control("reset", {})
         with connect() as conn:
             beside = fast_latencies(fast, enqueue(conn, topic, "b", 40))
-        p95 = lambda xs: xs[int(len(xs) * 0.95) - 1]
+        def p95(xs):
+            return xs[int(len(xs) * 0.95) - 1]
         report(f"noisy neighbour: fast destination p95 latency {p95(alone) * 1000:.0f} ms alone, "
                f"{p95(beside) * 1000:.0f} ms beside a 2 s/request dedicated destination")
         assert p95(beside) < p95(alone) + 1.0, (p95(alone), p95(beside))

@@ -16,7 +16,7 @@ def test_dedupe_set_scenarios(tmp_path):
     run = subprocess.run([str(out)], capture_output=True, text=True, timeout=60)
     lines = run.stdout.splitlines()
     assert run.returncode == 0, run.stdout
-    results = {l.split()[0]: l.split(None, 1)[1] for l in lines if not l.startswith("rss_kb")}
+    results = {line.split()[0]: line.split(None, 1)[1] for line in lines if not line.startswith("rss_kb")}
     assert set(results) == {"remembered", "other_destination", "no_concatenation_clash", "key_per_topic",
                             "no_double_entry", "expires", "cap_evicts_oldest",
                             "ttl_zero_remembers_nothing", "recent_found", "evicted_gone",

@@ -6,7 +6,6 @@ import psycopg
 import pytest
 
 from conftest import connect
-from process_helpers import make_processing_topic
 from relay_helpers import ensure_extension, make_topic
 
 

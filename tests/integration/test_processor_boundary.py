@@ -5,9 +5,6 @@ wal_delivery_writer that owns the processor's schema. Its processor tries every 
 it can think of, catches each failure (so the record ships unchanged and nobody would
 notice) and writes what it got into a table of its own. Nothing it writes may hold a
 destination's signing secret or say that an attempt worked."""
-import time
-
-import psycopg
 import pytest
 
 from conftest import connect

@@ -2,7 +2,6 @@
 3-broker cluster, a stopping server waits only a bounded time for Kafka, and neither
 DROP DATABASE nor a broker restart is blocked by it."""
 import os
-import subprocess
 import time
 import uuid
 from pathlib import Path

@@ -177,7 +177,7 @@ def source_files():
 
 def listed_in_order():
     lines = (SRC / "ORDER").read_text().splitlines()
-    return [l.split("#")[0].strip() for l in lines if l.split("#")[0].strip()]
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
 
 
 def test_each_object_is_created_in_one_source_file_only():
