@@ -3,7 +3,8 @@
 #   make            build both          make install   install the extension and wal-worker
 #   make demo       run it end to end   make test      set up, build and run every test
 #   make bench      run the benchmarks  make format    clang-format the C sources
-#   make check-format  report C sources clang-format would change, rewriting none
+#   make lint       CI's first stage, in seconds: clang-format, shellcheck, ruff, the build
+#   make check-format  the C sources clang-format would change, rewriting none
 #   make deb        the Debian packages (postgresql-15-wal-delivery, wal-delivery-worker)
 
 EXTENSION  = wal_delivery
@@ -159,7 +160,7 @@ clean-workers:
 	rm -rf build bin
 
 # ---------------------------------------------------------------- the project's commands
-.PHONY: setup test demo demo-stop bench format check-format clean-workers check-release freeze-release \
+.PHONY: setup test lint demo demo-stop bench format check-format clean-workers check-release freeze-release \
 	install-worker uninstall-worker deb fuzz
 
 setup:
@@ -167,6 +168,10 @@ setup:
 
 test:
 	tests/run
+
+# tests/lint: formatting, shellcheck, ruff and the build, in seconds (CI's first stage).
+lint:
+	tests/lint
 
 demo:
 	demo/run
