@@ -22,7 +22,7 @@
 #include "common/clock.h"
 #include "common/db_connect.h"
 #include "common/log.h"
-#include "common/text_buffer.h"
+#include "common/pg_array.h"
 #include "ingest/ingest_kafka.h"
 #include "ingest/ingest_metrics.h"
 
@@ -144,37 +144,6 @@ ensure_db(PGconn **db, char *why, size_t why_size)
 	return false;
 }
 
-/* Appends s as a quoted element of an array literal. */
-static void
-put_quoted(text_buffer *buf, const char *s)
-{
-	text_buffer_puts(buf, "\"");
-	for (; *s; s++)
-	{
-		if (*s == '"' || *s == '\\')
-			text_buffer_append(buf, "\\", 1);
-		text_buffer_append(buf, s, 1);
-	}
-	text_buffer_puts(buf, "\"");
-}
-
-static void
-put_hex_bytea(text_buffer *buf, const char *data, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	text_buffer_reserve(buf, 2 * len + 8);
-	memcpy(buf->data + buf->len, "\"\\\\x", 4);
-	buf->len += 4;
-	for (size_t i = 0; i < len; i++)
-	{
-		buf->data[buf->len++] = hex[(unsigned char) data[i] >> 4];
-		buf->data[buf->len++] = hex[(unsigned char) data[i] & 15];
-	}
-	buf->data[buf->len++] = '"';
-	buf->data[buf->len] = '\0';
-}
-
 /* The record's headers as the JSON object enqueue takes, NULL when it has none. */
 static char *
 headers_json(const ingest_record *r)
@@ -193,36 +162,35 @@ headers_json(const ingest_record *r)
 	return text;
 }
 
-/* The four array literals of one call. */
+/*
+ * The four array literals of one call: payloads, idempotency keys, message keys and
+ * headers. A record without a message key or headers has NULL there; a payload is never
+ * NULL (an empty body is "", see ingest_parse.c).
+ */
 static void
-build_arrays(ingest_record **recs, int n, text_buffer arrays[4])
+build_arrays(ingest_record **recs, int n, char *arrays[4])
 {
-	for (int a = 0; a < 4; a++)
-	{
-		memset(&arrays[a], 0, sizeof(arrays[a]));
-		text_buffer_puts(&arrays[a], "{");
-	}
+	pg_array payloads, keys, message_keys, headers;
+
+	pg_array_begin(&payloads);
+	pg_array_begin(&keys);
+	pg_array_begin(&message_keys);
+	pg_array_begin(&headers);
 	for (int i = 0; i < n; i++)
 	{
 		const ingest_record *r = recs[i];
-		char *headers = headers_json(r);
+		char *json = headers_json(r);
 
-		for (int a = 0; a < 4 && i > 0; a++)
-			text_buffer_puts(&arrays[a], ",");
-		put_hex_bytea(&arrays[0], r->payload, r->payload_len);
-		put_quoted(&arrays[1], r->idempotency_key);
-		if (r->message_key)
-			put_quoted(&arrays[2], r->message_key);
-		else
-			text_buffer_puts(&arrays[2], "NULL");
-		if (headers)
-			put_quoted(&arrays[3], headers);
-		else
-			text_buffer_puts(&arrays[3], "NULL");
-		free(headers);
+		pg_array_add_bytea(&payloads, r->payload, r->payload_len);
+		pg_array_add_text(&keys, r->idempotency_key);
+		pg_array_add_text(&message_keys, r->message_key);
+		pg_array_add_text(&headers, json);
+		free(json);
 	}
-	for (int a = 0; a < 4; a++)
-		text_buffer_puts(&arrays[a], "}");
+	arrays[0] = pg_array_finish(&payloads);
+	arrays[1] = pg_array_finish(&keys);
+	arrays[2] = pg_array_finish(&message_keys);
+	arrays[3] = pg_array_finish(&headers);
 }
 
 /* The status a refusal's SQLSTATE means for the client. */
@@ -271,7 +239,7 @@ settle_written(ingest_record **recs, int n, const char *ids)
 static void
 enqueue_group(PGconn **db, ingest_record **recs, int n)
 {
-	text_buffer arrays[4];
+	char *arrays[4];
 	const char *values[6];
 	PGresult *res;
 	const char *state;
@@ -283,7 +251,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 	values[0] = recs[0]->topic;
 	values[1] = recs[0]->content_type;
 	for (int a = 0; a < 4; a++)
-		values[2 + a] = arrays[a].data;
+		values[2 + a] = arrays[a];
 	started = now_seconds();
 	for (int attempt = 0;; attempt++)
 	{
@@ -298,7 +266,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 		break;
 	}
 	for (int a = 0; a < 4; a++)
-		free(arrays[a].data);
+		free(arrays[a]);
 	metric_add(ingest_m.outbox_batches, 1, NULL);
 	metric_observe(ingest_m.outbox_write_seconds, now_seconds() - started, NULL);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)

@@ -11,64 +11,43 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "common/text_buffer.h"
+#include "common/pg_array.h"
 
-/* One element of a text[] literal: quoted, with " and \ escaped, or NULL. */
-static void
-append_text_element(text_buffer *b, const char *s)
-{
-	if (s == NULL)
-	{
-		text_buffer_puts(b, "NULL");
-		return;
-	}
-	text_buffer_puts(b, "\"");
-	for (const char *p = s; *p; p++)
-	{
-		if (*p == '"' || *p == '\\')
-			text_buffer_append(b, "\\", 1);
-		text_buffer_append(b, p, 1);
-	}
-	text_buffer_puts(b, "\"");
-}
-
-/* One element of a bytea[] literal in hex ("\\x..." once the array parser unescapes). */
-static void
-append_bytea_element(text_buffer *b, const char *bytes, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	if (bytes == NULL)
-	{
-		text_buffer_puts(b, "NULL");
-		return;
-	}
-	text_buffer_reserve(b, n * 2 + 8);
-	text_buffer_puts(b, "\"\\\\x");
-	for (size_t i = 0; i < n; i++)
-	{
-		b->data[b->len++] = hex[(unsigned char) bytes[i] >> 4];
-		b->data[b->len++] = hex[(unsigned char) bytes[i] & 15];
-	}
-	b->data[b->len] = '\0';
-	text_buffer_puts(b, "\"");
-}
-
+/* The ids, or the lease tokens, of results as an int8[] literal (malloc'd). */
 static char *
 id_array(attempt_result *const *results, int n, bool tokens)
 {
-	text_buffer b = {0};
-	char num[32];
+	pg_array a;
 
-	text_buffer_puts(&b, "{");
+	pg_array_begin(&a);
 	for (int i = 0; i < n; i++)
-	{
-		snprintf(num, sizeof(num), "%s%" PRId64, i ? "," : "",
-				 tokens ? results[i]->row->lease_token : results[i]->row->id);
-		text_buffer_puts(&b, num);
-	}
-	text_buffer_puts(&b, "}");
-	return b.data;
+		pg_array_add_int64(&a, tokens ? results[i]->row->lease_token : results[i]->row->id);
+	return pg_array_finish(&a);
+}
+
+/* The processed payloads of results as a bytea[] literal: NULL for a failed attempt. */
+static char *
+payload_array(attempt_result *const *results, int n)
+{
+	pg_array a;
+
+	pg_array_begin(&a);
+	for (int i = 0; i < n; i++)
+		pg_array_add_bytea(&a, results[i]->error ? NULL : results[i]->payload,
+						   results[i]->payload_len);
+	return pg_array_finish(&a);
+}
+
+/* The errors of results as a text[] literal: NULL for a processed payload. */
+static char *
+error_array(attempt_result *const *results, int n)
+{
+	pg_array a;
+
+	pg_array_begin(&a);
+	for (int i = 0; i < n; i++)
+		pg_array_add_text(&a, results[i]->error);
+	return pg_array_finish(&a);
 }
 
 static char *
@@ -428,35 +407,17 @@ run_sql_batch(PGconn *db, attempt_result *results, int n, const volatile sig_ato
 bool
 finish_attempts(PGconn *db, attempt_result *const *results, int n)
 {
-	text_buffer payloads = {0}, errors = {0};
-	char *ids, *tokens;
+	char *ids, *tokens, *payloads, *errors;
 	const char *params[4];
 	PGresult *res;
 	bool ok;
 
 	if (n == 0)
 		return true;
-	text_buffer_puts(&payloads, "{");
-	text_buffer_puts(&errors, "{");
-	for (int i = 0; i < n; i++)
-	{
-		if (i)
-		{
-			text_buffer_puts(&payloads, ",");
-			text_buffer_puts(&errors, ",");
-		}
-		append_bytea_element(&payloads, results[i]->error ? NULL : results[i]->payload,
-							 results[i]->payload_len);
-		append_text_element(&errors, results[i]->error);
-	}
-	text_buffer_puts(&payloads, "}");
-	text_buffer_puts(&errors, "}");
-	ids = id_array(results, n, false);
-	tokens = id_array(results, n, true);
-	params[0] = ids;
-	params[1] = tokens;
-	params[2] = payloads.data;
-	params[3] = errors.data;
+	params[0] = ids = id_array(results, n, false);
+	params[1] = tokens = id_array(results, n, true);
+	params[2] = payloads = payload_array(results, n);
+	params[3] = errors = error_array(results, n);
 	res = PQexecParams(
 		db, "SELECT id, outcome, detail FROM wal_delivery.finish_processing_batch($1, $2, $3, $4)",
 		4, NULL, params, NULL, NULL, 0);
@@ -470,8 +431,8 @@ finish_attempts(PGconn *db, attempt_result *const *results, int n)
 	PQclear(res);
 	free(ids);
 	free(tokens);
-	free(payloads.data);
-	free(errors.data);
+	free(payloads);
+	free(errors);
 	return ok;
 }
 
