@@ -27,6 +27,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_lifecycle.h"
 #include "common/role_setup.h"
 #include "common/sd_notify.h"
 #include "common/stop_signal.h"
@@ -94,7 +95,6 @@ follow_subscriptions(consumer_state *st)
 	int n;
 	char **topics = wanted_topics(st, config, &n);
 	bool same = n == st->n_subscribed;
-	rd_kafka_topic_partition_list_t *list;
 	rd_kafka_resp_err_t err;
 
 	for (int i = 0; same && i < n; i++)
@@ -112,11 +112,7 @@ follow_subscriptions(consumer_state *st)
 	}
 	else
 	{
-		list = rd_kafka_topic_partition_list_new(n);
-		for (int i = 0; i < n; i++)
-			rd_kafka_topic_partition_list_add(list, topics[i], RD_KAFKA_PARTITION_UA);
-		err = rd_kafka_subscribe(st->consumer, list);
-		rd_kafka_topic_partition_list_destroy(list);
+		err = role_subscribe(st->consumer, topics, n);
 		if (err)
 			log_error("event=subscribe_failed error=\"%s\"", rd_kafka_err2str(err));
 		else
@@ -221,40 +217,6 @@ consumer_config_json(void *arg)
 	return config_watch_json_for_peers(((consumer_state *) arg)->watch);
 }
 
-static rd_kafka_t *
-create_consumer(consumer_state *st, char *errbuf, size_t errbuf_size)
-{
-	char group[300];
-	kafka_default defaults[] = {
-		{"group.id", group},
-		{"enable.auto.commit", "false"},
-		{"enable.auto.offset.store", "false"},
-		{"auto.offset.reset", "earliest"},
-		{"client.id", "wal-worker-consume"},
-		/* The worker keeps at most MAX_OPEN_RECORDS open; librdkafka's default 64 MB
-		 * prefetch was most of its memory (bench/deliver). */
-		{"queued.max.messages.kbytes", "16384"},
-	};
-	rd_kafka_conf_t *conf;
-	rd_kafka_t *rk;
-
-	if (st->opts->destination)
-		snprintf(group, sizeof(group), "wal_delivery.dedicated.%s", st->opts->destination);
-	else
-		snprintf(group, sizeof(group), "wal_delivery.shared");
-	conf = kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
-							config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts,
-							errbuf, errbuf_size);
-	if (conf == NULL)
-		return NULL;
-	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
-	rd_kafka_conf_set_opaque(conf, st);
-	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
-	if (rk != NULL)
-		rd_kafka_poll_set_consumer(rk);
-	return rk;
-}
-
 static void
 register_metrics(consumer_state *st)
 {
@@ -305,23 +267,32 @@ check_dedicated_destination(const worker_options *opts, const control_plane_conf
 	return true;
 }
 
-/* The consumer and the hand-off producer; false (logged) when librdkafka refuses them. */
+/*
+ * The consumer, in group "wal_delivery.shared" or "wal_delivery.dedicated.NAME", and the
+ * hand-off producer; false (logged) when librdkafka refuses them.
+ */
 static bool
 connect_kafka(consumer_state *st)
 {
-	char errbuf[512];
+	char group[300];
+	kafka_default defaults[] = {
+		{"group.id", group},
+		{"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"},
+		{"auto.offset.reset", "earliest"},
+		{"client.id", "wal-worker-consume"},
+		/* The worker keeps at most MAX_OPEN_RECORDS open; librdkafka's default 64 MB
+		 * prefetch was most of its memory (bench/deliver). */
+		{"queued.max.messages.kbytes", "16384"},
+	};
+	role_kafka kafka = {defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), on_rebalance,
+						on_copy_handed_off, st};
 
-	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
-	st->handoff = st->consumer
-					  ? handoff_producer_new(st->opts, config_watch_current(st->watch),
-											 on_copy_handed_off, st, errbuf, sizeof(errbuf))
-					  : NULL;
-	if (st->consumer == NULL || st->handoff == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
-		return false;
-	}
-	return true;
+	if (st->opts->destination)
+		snprintf(group, sizeof(group), "wal_delivery.dedicated.%s", st->opts->destination);
+	else
+		snprintf(group, sizeof(group), "wal_delivery.shared");
+	return role_connect_kafka(st->opts, st->watch, &kafka, &st->consumer, &st->handoff);
 }
 
 /* What the copies need: the HTTP engine, the dedupe set, the offset tracker, the pauses. */
@@ -427,8 +398,7 @@ shut_down(consumer_state *st)
 {
 	http_engine_free(st->http);
 	tracker_commit(st->tracker, st->consumer, true);
-	rd_kafka_consumer_close(st->consumer);
-	rd_kafka_destroy(st->consumer);
+	role_close_consumer(st->consumer);
 	handoff_producer_free(st->handoff);
 	if (st->admin)
 		admin_server_stop(st->admin);

@@ -33,6 +33,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_lifecycle.h"
 #include "common/role_setup.h"
 #include "common/sd_notify.h"
 #include "common/stop_signal.h"
@@ -313,8 +314,9 @@ register_metrics(dlq_state *st)
 								  "Dead letters written back to retry step 1 on request.", 0, NULL);
 }
 
-static rd_kafka_t *
-create_consumer(dlq_state *st, char *errbuf, size_t errbuf_size)
+/* The DLQ consumer and the replays' producer; false (logged) when librdkafka refuses them. */
+static bool
+connect_kafka(dlq_state *st)
 {
 	kafka_default defaults[] = {
 		{"group.id", "wal_delivery.dlq"},
@@ -322,48 +324,16 @@ create_consumer(dlq_state *st, char *errbuf, size_t errbuf_size)
 		{"auto.offset.reset", "earliest"},
 		{"client.id", "wal-worker-dlq"},
 	};
-	rd_kafka_conf_t *conf = kafka_conf_build(
-		defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
-		config_watch_current(st->watch)->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
-	rd_kafka_t *rk;
+	role_kafka kafka = {defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), on_rebalance,
+						on_replayed, st};
 
-	if (conf == NULL)
-		return NULL;
-	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
-	rd_kafka_conf_set_opaque(conf, st);
-	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
-	if (rk != NULL)
-		rd_kafka_poll_set_consumer(rk);
-	return rk;
-}
-
-/* The DLQ consumer and the replays' producer; false (logged) when librdkafka refuses them. */
-static bool
-connect_kafka(dlq_state *st)
-{
-	char errbuf[512];
-
-	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
-	st->replays = st->consumer ? handoff_producer_new(st->opts, config_watch_current(st->watch),
-													  on_replayed, st, errbuf, sizeof(errbuf))
-							   : NULL;
-	if (st->consumer == NULL || st->replays == NULL)
-	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
-		return false;
-	}
-	return true;
+	return role_connect_kafka(st->opts, st->watch, &kafka, &st->consumer, &st->replays);
 }
 
 static void
 subscribe_dlq_topic(dlq_state *st)
 {
-	rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
-
-	rd_kafka_topic_partition_list_add(topics, config_watch_current(st->watch)->dlq_topic,
-									  RD_KAFKA_PARTITION_UA);
-	rd_kafka_subscribe(st->consumer, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
+	role_subscribe(st->consumer, &config_watch_current(st->watch)->dlq_topic, 1);
 }
 
 /* The insert failed, so the message is not in the table: read it again from its offset. */
@@ -406,8 +376,7 @@ static void
 shut_down(dlq_state *st)
 {
 	alerts_stop(st->alerts);
-	rd_kafka_consumer_close(st->consumer);
-	rd_kafka_destroy(st->consumer);
+	role_close_consumer(st->consumer);
 	/* Replays still in flight resolve their entries here, so the database goes after. */
 	handoff_producer_free(st->replays);
 	if (st->db)

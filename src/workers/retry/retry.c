@@ -39,6 +39,7 @@
 #include "common/kafka_conf.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/role_lifecycle.h"
 #include "common/role_setup.h"
 #include "common/sd_notify.h"
 #include "common/stop_signal.h"
@@ -338,42 +339,6 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 	st->assigned = false;
 }
 
-static rd_kafka_t *
-create_consumer(retry_state *st, char *errbuf, size_t errbuf_size)
-{
-	kafka_default defaults[] = {
-		{"group.id", "wal_delivery.retry"},    {"enable.auto.commit", "false"},
-		{"enable.auto.offset.store", "false"}, {"auto.offset.reset", "earliest"},
-		{"client.id", "wal-worker-retry"},     {"queued.max.messages.kbytes", "16384"},
-	};
-	const control_plane_config *config = config_watch_current(st->watch);
-	rd_kafka_conf_t *conf =
-		kafka_conf_build(defaults, (int) (sizeof(defaults) / sizeof(defaults[0])),
-						 config->kafka_bootstrap_servers, st->opts, errbuf, errbuf_size);
-	rd_kafka_topic_partition_list_t *topics;
-	rd_kafka_t *rk;
-
-	if (conf == NULL)
-		return NULL;
-	rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
-	rd_kafka_conf_set_opaque(conf, st);
-	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
-	if (rk == NULL)
-		return NULL;
-	rd_kafka_poll_set_consumer(rk);
-	topics = rd_kafka_topic_partition_list_new(RETRY_STEPS);
-	for (int step = 1; step <= RETRY_STEPS; step++)
-	{
-		char name[512];
-
-		snprintf(name, sizeof(name), "%s%d", config->retry_topic_prefix, step);
-		rd_kafka_topic_partition_list_add(topics, name, RD_KAFKA_PARTITION_UA);
-	}
-	rd_kafka_subscribe(rk, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
-	return rk;
-}
-
 static void
 register_metrics(retry_state *st)
 {
@@ -449,19 +414,31 @@ open_shared_state(retry_state *st)
 static bool
 connect_kafka(retry_state *st)
 {
-	char errbuf[512];
+	kafka_default defaults[] = {
+		{"group.id", "wal_delivery.retry"},    {"enable.auto.commit", "false"},
+		{"enable.auto.offset.store", "false"}, {"auto.offset.reset", "earliest"},
+		{"client.id", "wal-worker-retry"},     {"queued.max.messages.kbytes", "16384"},
+	};
+	role_kafka kafka = {defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), on_rebalance,
+						on_queued_handed_off, st};
 
-	st->consumer = create_consumer(st, errbuf, sizeof(errbuf));
-	st->handoff = st->consumer
-					  ? handoff_producer_new(st->opts, config_watch_current(st->watch),
-											 on_queued_handed_off, st, errbuf, sizeof(errbuf))
-					  : NULL;
-	if (st->consumer == NULL || st->handoff == NULL)
+	return role_connect_kafka(st->opts, st->watch, &kafka, &st->consumer, &st->handoff);
+}
+
+/* The step topics: the configuration's retry_topic_prefix followed by 1, 2 and 3. */
+static void
+subscribe_step_topics(retry_state *st)
+{
+	char names[RETRY_STEPS][512];
+	char *topics[RETRY_STEPS];
+
+	for (int step = 1; step <= RETRY_STEPS; step++)
 	{
-		log_error("event=kafka_setup_failed msg=\"%s\"", errbuf);
-		return false;
+		snprintf(names[step - 1], sizeof(names[step - 1]), "%s%d",
+				 config_watch_current(st->watch)->retry_topic_prefix, step);
+		topics[step - 1] = names[step - 1];
 	}
-	return true;
+	role_subscribe(st->consumer, topics, RETRY_STEPS);
 }
 
 /*
@@ -565,6 +542,7 @@ run_retry(const worker_options *opts)
 	open_shared_state(&st);
 	if (!connect_kafka(&st))
 		return 1;
+	subscribe_step_topics(&st);
 	st.backlogs = partition_backlog_start(st.consumer, 2000);
 	st.http = http_engine_new(256);
 	log_info("event=started time_scale=%g config_version=%" PRId64, opts->time_scale,

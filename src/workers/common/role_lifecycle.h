@@ -1,0 +1,52 @@
+/*
+ * role_lifecycle.h: the life cycle of the roles that consume Kafka (consume, retry, dlq),
+ * written once: each role's run_* calls these steps in its own order.
+ *
+ *   start     role_connect_kafka: the consumer and the hand-off producer, then the
+ *             role subscribes (role_subscribe) to the topics it reads
+ *   shut down role_close_consumer leaves the group and frees the consumer
+ *
+ * Before these, every role starts the same way too: stop_on_signals, its metrics, the
+ * configuration (config_watch_start) and the admin server (role_setup.h).
+ */
+#ifndef WAL_ROLE_LIFECYCLE_H
+#define WAL_ROLE_LIFECYCLE_H
+
+#include <stdbool.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "config_watch.h"
+#include "handoff.h"
+#include "kafka_conf.h"
+#include "options.h"
+
+typedef void (*kafka_rebalance_fn)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+								   rd_kafka_topic_partition_list_t *parts, void *opaque);
+
+/* What differs between the roles' Kafka clients. */
+typedef struct role_kafka
+{
+	const kafka_default *consumer_defaults; /* group.id, client.id, offset handling */
+	int n_consumer_defaults;
+	kafka_rebalance_fn on_rebalance;
+	handoff_done_fn on_handed_off; /* the producer's: Kafka acknowledged a write */
+	void *state;                   /* the role's state, passed to both callbacks */
+} role_kafka;
+
+/*
+ * Creates the role's consumer (its records read through rd_kafka_consumer_poll, not
+ * subscribed yet) and its hand-off producer, both to the configuration's brokers. False,
+ * logged as event=kafka_setup_failed, when librdkafka refuses either: the role exits 1.
+ */
+bool role_connect_kafka(const worker_options *opts, const config_watch *watch,
+						const role_kafka *kafka, rd_kafka_t **consumer,
+						handoff_producer **producer);
+
+/* Subscribes the consumer to exactly these topics (n > 0). */
+rd_kafka_resp_err_t role_subscribe(rd_kafka_t *consumer, char *const *topics, int n);
+
+/* Leaves the consumer group (the revoke callback runs) and frees the consumer. */
+void role_close_consumer(rd_kafka_t *consumer);
+
+#endif
