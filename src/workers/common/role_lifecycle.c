@@ -3,7 +3,9 @@
  */
 #include "role_lifecycle.h"
 
+#include "clock.h"
 #include "log.h"
+#include "stop_signal.h"
 
 static rd_kafka_t *
 create_consumer(const worker_options *opts, const config_watch *watch, const role_kafka *kafka,
@@ -54,6 +56,43 @@ role_subscribe(rd_kafka_t *consumer, char *const *topics, int n)
 	err = rd_kafka_subscribe(consumer, list);
 	rd_kafka_topic_partition_list_destroy(list);
 	return err;
+}
+
+bool
+role_is_record(const rd_kafka_message_t *rkm)
+{
+	if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return true;
+	if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
+	return false;
+}
+
+void
+role_pause_fetching(rd_kafka_t *consumer)
+{
+	rd_kafka_topic_partition_list_t *assignment = NULL;
+
+	if (rd_kafka_assignment(consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		rd_kafka_pause_partitions(consumer, assignment);
+		rd_kafka_topic_partition_list_destroy(assignment);
+	}
+}
+
+bool
+role_drain_begins(int64_t *deadline)
+{
+	if (!stop_requested || *deadline != 0)
+		return false;
+	*deadline = now_ms() + ROLE_DRAIN_MS;
+	return true;
+}
+
+bool
+role_drained(int64_t deadline, int in_hand)
+{
+	return deadline && (in_hand == 0 || now_ms() > deadline);
 }
 
 void

@@ -34,11 +34,10 @@
 #include "consume/consume_state.h"
 #include "roles.h"
 
-#define MAX_OPEN_RECORDS    2000 /* take no more records while this many are open */
-#define COMMIT_INTERVAL_MS  1000
-#define SHUTDOWN_TIMEOUT_MS 15000
-#define DEDUPE_MAX_ENTRIES  200000
-#define POLL_BATCH          64 /* records taken per loop turn */
+#define MAX_OPEN_RECORDS   2000 /* take no more records while this many are open */
+#define COMMIT_INTERVAL_MS 1000
+#define DEDUPE_MAX_ENTRIES 200000
+#define POLL_BATCH         64 /* records taken per loop turn */
 
 /* ---------------------------------------------------------------- which destinations */
 
@@ -149,14 +148,8 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 static void
 stop_fetching(consumer_state *st)
 {
-	rd_kafka_topic_partition_list_t *assignment = NULL;
-
-	if (st->assigned &&
-		rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		rd_kafka_pause_partitions(st->consumer, assignment);
-		rd_kafka_topic_partition_list_destroy(assignment);
-	}
+	if (st->assigned)
+		role_pause_fetching(st->consumer);
 	st->paused = true;
 }
 
@@ -319,20 +312,18 @@ work_in_hand(consumer_state *st)
 }
 
 /*
- * On the first stop request: stop fetching and give what is in flight SHUTDOWN_TIMEOUT_MS
- * to finish. True once every record is done or that time is up.
+ * On the first stop request: stop fetching and give what is in flight ROLE_DRAIN_MS to
+ * finish. True once every record is done or that time is up.
  */
 static bool
 drained_after_stop(consumer_state *st)
 {
-	if (stop_requested && st->shutdown_deadline == 0)
+	if (role_drain_begins(&st->shutdown_deadline))
 	{
 		log_info("event=stopping open_records=%d", tracker_open_records(st->tracker));
-		st->shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
 		stop_fetching(st);
 	}
-	return st->shutdown_deadline &&
-		   (tracker_open_records(st->tracker) == 0 || now_ms() > st->shutdown_deadline);
+	return role_drained(st->shutdown_deadline, tracker_open_records(st->tracker));
 }
 
 /*
@@ -357,10 +348,8 @@ take_records(consumer_state *st, int busy)
 	got_any = rkm != NULL;
 	for (int n = 0; rkm; n++)
 	{
-		if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (role_is_record(rkm))
 			handle_record(st, rkm);
-		else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-			log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
 		rd_kafka_message_destroy(rkm);
 		rkm = n + 1 < POLL_BATCH && tracker_open_records(st->tracker) < MAX_OPEN_RECORDS
 				  ? rd_kafka_consumer_poll(st->consumer, 0)

@@ -348,20 +348,11 @@ read_again(dlq_state *st, const rd_kafka_message_t *rkm)
 	rd_kafka_topic_partition_list_destroy(again);
 }
 
-/* One DLQ message into dead_letters; its offset is committed only once it is in the table. */
+/* A DLQ message into dead_letters; its offset is committed only once it is in the table. */
 static void
-take_message(dlq_state *st)
+store_message(dlq_state *st, const rd_kafka_message_t *rkm)
 {
-	rd_kafka_message_t *rkm = rd_kafka_consumer_poll(st->consumer, 200);
-
-	if (rkm == NULL)
-		return;
-	if (rkm->err)
-	{
-		if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-			log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
-	}
-	else if (ingest(st, rkm) != INGEST_RETRY)
+	if (ingest(st, rkm) != INGEST_RETRY)
 		rd_kafka_commit_message(st->consumer, rkm, 0);
 	else
 	{
@@ -369,6 +360,18 @@ take_message(dlq_state *st)
 		read_again(st, rkm);
 		sleep(1);
 	}
+}
+
+/* One message (or event) from the DLQ topic. */
+static void
+take_message(dlq_state *st)
+{
+	rd_kafka_message_t *rkm = rd_kafka_consumer_poll(st->consumer, 200);
+
+	if (rkm == NULL)
+		return;
+	if (role_is_record(rkm))
+		store_message(st, rkm);
 	rd_kafka_message_destroy(rkm);
 }
 

@@ -55,7 +55,6 @@
 #define REPORT_INTERVAL_MS   1000
 #define RAMP_INTERVAL_MS     5000 /* before the time scale */
 #define PROBE_LEASE_SLACK_MS 10000
-#define SHUTDOWN_TIMEOUT_MS  15000
 /*
  * A paused partition's fetch resumes this long (real time, not scaled) before its newest
  * message can be due: a resumed partition joins the broker's next fetch request only after
@@ -388,13 +387,7 @@ busy(const retry_state *st)
 static void
 pause_all_fetching(retry_state *st)
 {
-	rd_kafka_topic_partition_list_t *assignment = NULL;
-
-	if (rd_kafka_assignment(st->consumer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		rd_kafka_pause_partitions(st->consumer, assignment);
-		rd_kafka_topic_partition_list_destroy(assignment);
-	}
+	role_pause_fetching(st->consumer);
 	for (int i = 0; i < st->n_lanes; i++)
 		st->lanes[i]->fetch_paused = true;
 }
@@ -442,19 +435,18 @@ subscribe_step_topics(retry_state *st)
 }
 
 /*
- * On the first stop request: pause every fetch and give what is in flight
- * SHUTDOWN_TIMEOUT_MS to finish. True once nothing is in flight or that time is up.
+ * On the first stop request: pause every fetch and give what is in flight ROLE_DRAIN_MS
+ * to finish. True once nothing is in flight or that time is up.
  */
 static bool
 drained_after_stop(retry_state *st)
 {
-	if (stop_requested && st->shutdown_deadline == 0)
+	if (role_drain_begins(&st->shutdown_deadline))
 	{
 		log_info("event=stopping in_flight=%d", busy(st));
-		st->shutdown_deadline = now_ms() + SHUTDOWN_TIMEOUT_MS;
 		pause_all_fetching(st);
 	}
-	return st->shutdown_deadline && (busy(st) == 0 || now_ms() > st->shutdown_deadline);
+	return role_drained(st->shutdown_deadline, busy(st));
 }
 
 /* One message (or event) from the step topics into its lane; true when there was one. */
@@ -465,10 +457,8 @@ take_message(retry_state *st)
 
 	if (rkm == NULL)
 		return false;
-	if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (role_is_record(rkm))
 		on_message(st, rkm);
-	else if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-		log_warn("event=consume_error error=\"%s\"", rd_kafka_message_errstr(rkm));
 	rd_kafka_message_destroy(rkm);
 	return true;
 }
