@@ -1,5 +1,5 @@
-"""CPU time of groups of processes, from /proc/<pid>/stat (utime + stime), for
-bench/anchors/debezium/run.
+"""CPU time of groups of processes, from /proc/<pid>/stat (utime + stime), for the
+benchmarks (bench/anchors/debezium/run, bench/relay_latency/run).
 
     procstat.py snap FILE NAME=SPEC...     write a snapshot of each group to FILE (JSON)
     procstat.py diff BEFORE AFTER           print "NAME MS" per group: CPU ms between the two
