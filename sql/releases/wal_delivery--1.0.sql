@@ -1813,6 +1813,12 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_wake_relay_at_commit';
 CREATE FUNCTION wal_delivery.relay_wakeups() RETURNS bigint
 LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_wakeups';
 
+-- What the relays did since the server started: passes run, and lanes of the log read
+-- (a pass reads the lanes the commits that woke it wrote, and every lane now and then).
+-- What a record costs the database host follows from these (bench/relay_latency).
+CREATE FUNCTION wal_delivery.relay_passes(OUT passes bigint, OUT lanes_read bigint)
+LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_passes';
+
 -- The relay claim. Rows ready to ship to Kafka: plain pending rows and processed rows,
 -- oldest first. They stay locked (FOR UPDATE SKIP LOCKED) until the caller's transaction
 -- ends, so relays side by side never take the same row and a crashed relay leaves them
@@ -3487,6 +3493,7 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
                           wal_delivery.defer_shipping(bigint[], text, interval),
                           wal_delivery.mark_unshippable(bigint, text),
                           wal_delivery.relay_wakeups(),
+                          wal_delivery.relay_passes(),
                           wal_delivery.claim_ready_to_process(integer, interval, text),
                           wal_delivery.complete_processing(bigint, bigint, bytea),
                           wal_delivery.fail_processing(bigint, bigint, text),

@@ -99,6 +99,12 @@ topics_to_pass_over(bool *isnull)
 	return n == 0 ? (Datum) 0 : text_array(names, n);
 }
 
+bool
+any_failing_topics(void)
+{
+	return n_failing_topics > 0;
+}
+
 int
 ms_until_next_topic_retry(void)
 {

@@ -22,6 +22,9 @@ bool topic_failing_streak_starts(const char *name);
 /* The failing topics whose retry time has not come: a text[] for the claim, or NULL. */
 Datum topics_to_pass_over(bool *isnull);
 
+/* Whether any topic is failing now. */
+bool any_failing_topics(void);
+
 /* Milliseconds until a failing topic may be tried again; -1 when none waits. */
 int ms_until_next_topic_retry(void);
 

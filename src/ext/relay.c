@@ -46,6 +46,15 @@ typedef enum
 
 static RelayState relay_state = RELAY_SHIPPING;
 
+/*
+ * Whether the next pass reads everything (the row table's claim and every lane the relay
+ * owns) rather than only what the commits that woke it marked, and when a busy relay,
+ * woken by commits all the time, reads everything anyway: rows also become ready with
+ * time (a retry's backoff ends), which no commit marks.
+ */
+static bool read_all_next = true;
+static TimestampTz next_full_pass = 0;
+
 /* Logs only when the state changes, so an outage is one line, not one per pass. */
 static void
 enter_state(RelayState state, const char *detail)
@@ -60,21 +69,48 @@ enter_state(RelayState state, const char *detail)
 	relay_state = state;
 }
 
-/* One pass: the row table's claim, then the log's lanes, in one transaction. */
+/*
+ * What the next pass reads, as marks (relay_wakeup.h): everything, or what the commits
+ * since the last pass wrote. Taken before the pass's snapshot, so those commits are in it.
+ */
+static uint32
+marks_to_read(int slot)
+{
+	uint32 marks = relay_wakeup_take_marks(slot);
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!read_all_next && now < next_full_pass)
+		return marks;
+	read_all_next = false;
+	next_full_pass = TimestampTzPlusMilliseconds(now, relay_idle_interval_ms);
+	return ~0u;
+}
+
+/*
+ * One pass: the row table's claim, then the log's lanes, in one transaction. A pass that
+ * has nothing to read (a wake-up for another relay's lanes, a signal) is skipped.
+ */
 static void
 run_pass(int slot, PassResult *result)
 {
+	uint32 marks = marks_to_read(slot);
+
 	memset(result, 0, sizeof(*result));
+	if (marks == 0)
+		return;
 	failing_topics_new_pass();
 	worker_xact_begin("wal_delivery relay: claiming");
 	if (!OidIsValid(get_extension_oid("wal_delivery", true)))
 		result->extension_missing = true;
 	else
 	{
-		ship_claimed_rows(result);
-		ship_log(slot, result);
+		if (marks & RELAY_MARK_ROWS)
+			ship_claimed_rows(result);
+		ship_log(slot, marks, result);
 	}
 	worker_xact_end();
+	/* What is left to do (a full batch, records Kafka did not take) no commit will mark. */
+	read_all_next = result->more_waiting || result->deferred > 0 || any_failing_topics();
 }
 
 static bool
@@ -109,6 +145,7 @@ reload_settings_if_asked(void)
 	ProcessConfigFile(PGC_SIGHUP);
 	/* Kafka settings may have changed: build the producers again. */
 	kafka_producers_destroy(relay_shutdown_flush_ms);
+	read_all_next = true;
 }
 
 /*
@@ -188,14 +225,21 @@ maintain_when_due(int slot, const PassResult *pass, TimestampTz *next_maintenanc
 	}
 }
 
-/* Sleeps up to wait_ms; a commit's wal_enqueue (relay_wakeup) or a signal ends it early. */
+/*
+ * Sleeps up to wait_ms; a commit's wal_enqueue (relay_wakeup) or a signal ends it early.
+ * A wait that ran out (the idle interval, a backoff, a failing topic's retry time) is
+ * followed by a pass that reads everything.
+ */
 static void
 wait_for_work(int wait_ms)
 {
 	if (wait_ms > 0)
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
-						 PG_WAIT_EXTENSION);
+		int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+						   PG_WAIT_EXTENSION);
+
+		if (rc & WL_TIMEOUT)
+			read_all_next = true;
 		ResetLatch(MyLatch);
 	}
 	CHECK_FOR_INTERRUPTS();

@@ -218,12 +218,12 @@ finish_lane(LaneBatch *b, PassResult *result)
 }
 
 /*
- * Reads and produces every owned lane's batch, waits once for all reports, then holds
+ * Reads and produces each lane's batch, waits once for all reports, then holds
  * what Kafka did not take and moves the cursors. Stored therefore means: the cursor moved
  * past it in a committed transaction, after Kafka's acknowledgement.
  */
 void
-ship_log(int slot, PassResult *result)
+ship_log(int slot, uint32 marks, PassResult *result)
 {
 	LaneBatch lanes[LOG_LANES];
 	int n_lanes = 0;
@@ -231,7 +231,7 @@ ship_log(int slot, PassResult *result)
 
 	for (int lane = 0; lane < LOG_LANES; lane++)
 	{
-		if (relay_slot_of_lane(lane) != slot)
+		if (relay_slot_of_lane(lane) != slot || (marks & RELAY_MARK_LANE(lane)) == 0)
 			continue;
 		memset(&lanes[n_lanes], 0, sizeof(LaneBatch));
 		lanes[n_lanes].lane = lane;
@@ -240,6 +240,7 @@ ship_log(int slot, PassResult *result)
 		read_any |= lanes[n_lanes].rows.n > 0;
 		n_lanes++;
 	}
+	relay_count_pass(n_lanes);
 	if (read_any)
 	{
 		wait_for_delivery_reports();

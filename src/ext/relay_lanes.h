@@ -7,9 +7,9 @@
 #include "relay_rows.h"
 
 /*
- * Ships the next batch of every lane the relay at slot owns and moves their cursors,
- * inside the pass transaction.
+ * Ships the next batch of each lane the relay at slot owns and marks names
+ * (RELAY_MARK_LANE bits), and moves their cursors, inside the pass transaction.
  */
-void ship_log(int slot, PassResult *result);
+void ship_log(int slot, uint32 marks, PassResult *result);
 
 #endif

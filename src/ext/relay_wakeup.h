@@ -31,6 +31,19 @@ void relay_wake_lane_at_commit(int lane);
 /* The relay slot that ships a lane of the log. */
 int relay_slot_of_lane(int lane);
 
+/*
+ * What the commits that woke a relay wrote: bit RELAY_MARK_LANE(l) for lane l of the log,
+ * RELAY_MARK_ROWS for the row table (a commit that does not say which sets every bit).
+ * relay_wakeup_take_marks returns the marks made for a slot since the last call and
+ * clears them; a pass that reads what they name after taking them sees those commits.
+ */
+#define RELAY_MARK_LANE(lane) (1u << (lane))
+#define RELAY_MARK_ROWS       (1u << 31)
+uint32 relay_wakeup_take_marks(int slot);
+
+/* Counts a pass and the lanes it read, for relay_passes(). */
+void relay_count_pass(int lanes_read);
+
 /* Called by relay workers (see the relay) to receive wakeups at the given slot. */
 void relay_wakeup_register_latch(int slot, Latch *latch);
 

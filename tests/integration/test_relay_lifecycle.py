@@ -252,3 +252,53 @@ def test_a_commit_wakes_the_relay_of_the_lanes_it_wrote_only(unique):
             assert lanes and all(lane % 2 == 1 for lane in lanes), lanes
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
+
+
+def relay_passes(conn):
+    return conn.execute("SELECT passes, lanes_read FROM wal_delivery.relay_passes()").fetchone()
+
+
+def test_a_pass_reads_what_woke_it_and_no_record_waits_for_the_idle_interval(unique):
+    """A pass reads the lanes the commits that woke it wrote, not all eight, yet every
+    record ships at once: with an idle interval of a minute, none waits for it, whether it
+    came by the C door, by the SQL path (a topic with writers), or in a transaction that
+    was still open while later commits to its lane shipped."""
+    env_dir, settings, conn = scratch_env_on_this_kafka(
+        "ALTER SYSTEM SET wal_delivery.relay_idle_interval = '60s'")
+    topic = f"relay.marks.{unique}"
+    guarded = f"relay.marks.sql.{unique}"
+    commits = 100
+    try:
+        with conn:
+            make_topic(conn, topic)
+            make_topic(conn, guarded, writers="{postgres}")
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+            wait_all_stored(conn, topic, 1)
+
+            def ships(record):
+                wait_until(lambda: conn.execute("SELECT state = 'stored' FROM wal_delivery.outbox WHERE id = %s",
+                                                (record,)).fetchone()[0], 5, interval=0.005,
+                           what=f"record {record} stored without waiting for the idle interval")
+
+            passes0, lanes0 = relay_passes(conn)
+            for _ in range(commits):
+                ships(conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (topic,)).fetchone()[0])
+            passes1, lanes1 = relay_passes(conn)
+            assert passes1 - passes0 >= commits / 2, (passes0, passes1)
+            # Each pass read the one lane its commit wrote (reading all was 8 per pass).
+            assert lanes1 - lanes0 < 2 * (passes1 - passes0), (passes1 - passes0, lanes1 - lanes0)
+
+            # The SQL path does not say which lane it wrote: its commit marks them all.
+            ships(conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (guarded,)).fetchone()[0])
+
+            # A record committed after later records of its lane were shipped.
+            with scratch_connect(settings) as late:
+                late.autocommit = False
+                late_id = late.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'late')", (topic,)).fetchone()[0]
+                for _ in range(20):
+                    ships(conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb)", (topic,)).fetchone()[0])
+                late.commit()
+            ships(late_id)
+            assert states(conn, topic) == {"stored": commits + 22}
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
