@@ -740,7 +740,7 @@ $$;
 --                  (outbox_log, three generations), never updated or deleted row by row
 --   row table      outbox_rows: records with a per-row state machine (topics with a
 --                  processor, and log records held back, see below)
---   lane           one of 8 parts of the log (id % 8); each lane has one relay cursor and
+--   lane           one of 8 parts of the log (log_lane(id)); each lane has one relay cursor and
 --                  belongs to one relay worker, so relays ship side by side
 --   cursor         per lane, which of its log records Kafka has acknowledged: every record
 --                  whose transaction is visible in done_snap, plus, in the window being
@@ -819,8 +819,14 @@ CREATE INDEX outbox_processing_leases ON wal_delivery.outbox_rows (lease_until)
 CREATE INDEX outbox_finished ON wal_delivery.outbox_rows (finished_at)
     WHERE state IN ('stored', 'dead');
 
+-- The lane of a log record: runs of 64 consecutive ids share a lane, taking the 8 lanes
+-- in turn (src/ext/outbox_log_layout.h, the one place the rule is written). A pass of the
+-- relay at a steady rate then finds its few records in one lane, and moves one cursor.
+CREATE FUNCTION wal_delivery.log_lane(id bigint) RETURNS smallint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_log_lane';
+
 -- The log. Columns ordered to waste no alignment padding. gen is the generation, lane is
--- id % 8, caller_key whether the caller gave the idempotency key (false: generated, a
+-- log_lane(id), caller_key whether the caller gave the idempotency key (false: generated, a
 -- random UUID, new by construction), xid the enqueuing transaction. Indexes: (lane, xid,
 -- id), the relay's order; (gen, topic, idempotency_key) of the records with a caller's key
 -- only, the dedupe within a generation (enqueue.sql looks in the others). A generated key
@@ -1529,13 +1535,13 @@ BEGIN
         v_id := nextval('wal_delivery.outbox_ids');
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        VALUES (wal_delivery.current_generation(), v_id % 8, false, v_id, wal_delivery.invoking_role(),
+        VALUES (wal_delivery.current_generation(), wal_delivery.log_lane(v_id), false, v_id, wal_delivery.invoking_role(),
                 quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload);
     ELSE
         v_id := nextval('wal_delivery.outbox_ids');
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        VALUES (wal_delivery.current_generation(), v_id % 8, true, v_id, wal_delivery.invoking_role(),
+        VALUES (wal_delivery.current_generation(), wal_delivery.log_lane(v_id), true, v_id, wal_delivery.invoking_role(),
                 quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload)
         ON CONFLICT (gen, topic, idempotency_key) WHERE caller_key DO NOTHING
         RETURNING id INTO v_id;
@@ -1648,7 +1654,7 @@ BEGIN
                          FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        SELECT wal_delivery.current_generation(), v_new[u.i] % 8,
+        SELECT wal_delivery.current_generation(), wal_delivery.log_lane(v_new[u.i]),
                p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NOT NULL, v_new[u.i],
                wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid, p_topic, u.ikey, u.mkey,
                p_content_type, u.headers, u.payload
@@ -1972,7 +1978,7 @@ BEGIN
     SELECT l.id, l.topic, l.idempotency_key, false, l.message_key, l.headers, l.content_type, l.payload,
            l.enqueued_by, l.created_at, l.enqueued_by_session, l.xid
       FROM unnest(p_ids, p_xids) AS h(id, xid)
-      JOIN wal_delivery.outbox_log l ON l.lane = h.id % 8 AND l.xid = h.xid AND l.id = h.id
+      JOIN wal_delivery.outbox_log l ON l.lane = wal_delivery.log_lane(h.id) AND l.xid = h.xid AND l.id = h.id
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
@@ -2694,7 +2700,7 @@ BEGIN
     ), log_copies AS (
         DELETE FROM wal_delivery.outbox_log l USING gone
          WHERE gone.held_xid IS NOT NULL
-           AND l.lane = (gone.id % 8)::smallint AND l.xid = gone.held_xid AND l.id = gone.id
+           AND l.lane = wal_delivery.log_lane(gone.id) AND l.xid = gone.held_xid AND l.id = gone.id
     )
     SELECT count(*) INTO n FROM gone;
     RETURN n;

@@ -225,13 +225,13 @@ BEGIN
         v_id := nextval('wal_delivery.outbox_ids');
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        VALUES (wal_delivery.current_generation(), v_id % 8, false, v_id, wal_delivery.invoking_role(),
+        VALUES (wal_delivery.current_generation(), wal_delivery.log_lane(v_id), false, v_id, wal_delivery.invoking_role(),
                 quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload);
     ELSE
         v_id := nextval('wal_delivery.outbox_ids');
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        VALUES (wal_delivery.current_generation(), v_id % 8, true, v_id, wal_delivery.invoking_role(),
+        VALUES (wal_delivery.current_generation(), wal_delivery.log_lane(v_id), true, v_id, wal_delivery.invoking_role(),
                 quote_ident(session_user)::regrole::oid, p_topic, v_key, p_key, p_content_type, p_headers, p_payload)
         ON CONFLICT (gen, topic, idempotency_key) WHERE caller_key DO NOTHING
         RETURNING id INTO v_id;
@@ -344,7 +344,7 @@ BEGIN
                          FROM unnest(v_keys) WITH ORDINALITY AS k(key, i) ORDER BY k.i);
         INSERT INTO wal_delivery.outbox_log (gen, lane, caller_key, id, enqueued_by, enqueued_by_session, topic,
                                              idempotency_key, message_key, content_type, headers, payload)
-        SELECT wal_delivery.current_generation(), v_new[u.i] % 8,
+        SELECT wal_delivery.current_generation(), wal_delivery.log_lane(v_new[u.i]),
                p_idempotency_keys[array_lower(p_idempotency_keys, 1) + u.i - 1] IS NOT NULL, v_new[u.i],
                wal_delivery.invoking_role(), quote_ident(session_user)::regrole::oid, p_topic, u.ikey, u.mkey,
                p_content_type, u.headers, u.payload

@@ -9,7 +9,7 @@
 --                  (outbox_log, three generations), never updated or deleted row by row
 --   row table      outbox_rows: records with a per-row state machine (topics with a
 --                  processor, and log records held back, see below)
---   lane           one of 8 parts of the log (id % 8); each lane has one relay cursor and
+--   lane           one of 8 parts of the log (log_lane(id)); each lane has one relay cursor and
 --                  belongs to one relay worker, so relays ship side by side
 --   cursor         per lane, which of its log records Kafka has acknowledged: every record
 --                  whose transaction is visible in done_snap, plus, in the window being
@@ -88,8 +88,14 @@ CREATE INDEX outbox_processing_leases ON wal_delivery.outbox_rows (lease_until)
 CREATE INDEX outbox_finished ON wal_delivery.outbox_rows (finished_at)
     WHERE state IN ('stored', 'dead');
 
+-- The lane of a log record: runs of 64 consecutive ids share a lane, taking the 8 lanes
+-- in turn (src/ext/outbox_log_layout.h, the one place the rule is written). A pass of the
+-- relay at a steady rate then finds its few records in one lane, and moves one cursor.
+CREATE FUNCTION wal_delivery.log_lane(id bigint) RETURNS smallint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_log_lane';
+
 -- The log. Columns ordered to waste no alignment padding. gen is the generation, lane is
--- id % 8, caller_key whether the caller gave the idempotency key (false: generated, a
+-- log_lane(id), caller_key whether the caller gave the idempotency key (false: generated, a
 -- random UUID, new by construction), xid the enqueuing transaction. Indexes: (lane, xid,
 -- id), the relay's order; (gen, topic, idempotency_key) of the records with a caller's key
 -- only, the dedupe within a generation (enqueue.sql looks in the others). A generated key

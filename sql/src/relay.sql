@@ -170,7 +170,7 @@ BEGIN
     SELECT l.id, l.topic, l.idempotency_key, false, l.message_key, l.headers, l.content_type, l.payload,
            l.enqueued_by, l.created_at, l.enqueued_by_session, l.xid
       FROM unnest(p_ids, p_xids) AS h(id, xid)
-      JOIN wal_delivery.outbox_log l ON l.lane = h.id % 8 AND l.xid = h.xid AND l.id = h.id
+      JOIN wal_delivery.outbox_log l ON l.lane = wal_delivery.log_lane(h.id) AND l.xid = h.xid AND l.id = h.id
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

@@ -28,7 +28,7 @@ BEGIN
     ), log_copies AS (
         DELETE FROM wal_delivery.outbox_log l USING gone
          WHERE gone.held_xid IS NOT NULL
-           AND l.lane = (gone.id % 8)::smallint AND l.xid = gone.held_xid AND l.id = gone.id
+           AND l.lane = wal_delivery.log_lane(gone.id) AND l.xid = gone.held_xid AND l.id = gone.id
     )
     SELECT count(*) INTO n FROM gone;
     RETURN n;

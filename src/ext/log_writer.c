@@ -37,6 +37,8 @@
 #include "outbox_log_layout.h"
 #include "relay_wakeup.h"
 
+PG_FUNCTION_INFO_V1(wal_delivery_log_lane);
+
 static const char *const column_names[LOG_COLUMNS] = LOG_COLUMN_NAMES;
 
 struct LogWriter
@@ -207,4 +209,11 @@ log_writer_close(LogWriter *w)
 	FreeExecutorState(w->estate);
 	table_close(w->rel, NoLock);
 	pfree(w);
+}
+
+/* wal_delivery.log_lane(id): the lane of a log record, for the SQL that writes or finds one. */
+Datum
+wal_delivery_log_lane(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16((int16) log_lane_of(PG_GETARG_INT64(0)));
 }

@@ -18,12 +18,15 @@
 	}
 
 /*
- * The lanes: a record goes to lane id % LOG_LANES, each lane has its cursor
- * (relay_cursors) and is shipped by one relay. The SQL enqueue path computes the same
- * lane (enqueue.sql).
+ * The lanes: each lane has its cursor (relay_cursors) and is shipped by one relay. Runs of
+ * LOG_LANE_RUN consecutive ids share a lane, so the few records a pass finds at a steady
+ * rate are mostly in one lane: one cursor to read and move per pass, not one per record
+ * (each move is a row update, WAL included). The runs take the lanes in turn, so relays
+ * side by side share the load. SQL has the same rule as wal_delivery.log_lane(id).
  */
 #define LOG_LANES       8
-#define log_lane_of(id) ((int) ((id) % LOG_LANES))
+#define LOG_LANE_RUN    64
+#define log_lane_of(id) ((int) (((id) / LOG_LANE_RUN) % LOG_LANES))
 
 /* outbox_log's columns in table order. */
 typedef enum LogColumn
