@@ -63,6 +63,22 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
       FROM wal_delivery.settings s, wal_delivery.internal_topic_names(s.retry_topic_prefix, s.dlq_topic) i
 $$;
 
+-- The reconciler calls this, and commits, before it asks Kafka to create the topics it
+-- found missing: they are wal_delivery's from then on (created), so a crash between
+-- Kafka creating one and the round's record_reconciliation does not leave it looking like
+-- another application's topic, which the reconciler would leave alone and never ship to.
+CREATE FUNCTION wal_delivery.note_topics_to_create(p_topics text[]) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO wal_delivery.kafka_topics AS k (topic, role, partitions, replication_factor,
+        min_insync_replicas, retention, created)
+    SELECT DISTINCT ON (d.topic) d.topic, d.role, d.partitions, d.replication_factor,
+           d.min_insync_replicas, make_interval(secs => d.retention_ms / 1000.0), true
+      FROM wal_delivery.desired_kafka_topics() d
+     WHERE d.topic = ANY (p_topics)
+     ORDER BY d.topic, d.role = 'main'
+    ON CONFLICT (topic) DO UPDATE SET created = true
+$$;
+
 -- Rows of a topic that is not in Kafka yet wait with available_at = infinity (see
 -- relay.sql); this lets them go once their topic exists, or once it is no longer
 -- configured (the relay then buries them). Returns how many it let go.

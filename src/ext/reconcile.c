@@ -37,6 +37,7 @@
 #include "reconcile.h"
 #include "reconcile_topics.h"
 #include "settings.h"
+#include "worker_spi.h"
 
 /* How often the loop looks for a new config version. */
 static const int reconcile_poll_ms = 1000;
@@ -185,6 +186,28 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 	return published;
 }
 
+/*
+ * Records, in a transaction of its own, that the topics Kafka does not have are
+ * wal_delivery's, before Kafka is asked to create them. Recorded only with the round's
+ * outcome, a crash between Kafka creating a topic and that record left the topic looking
+ * like another application's: left alone for good, its records waiting.
+ */
+static void
+note_topics_to_create(DesiredTopic **missing, int n)
+{
+	Datum *names = palloc(sizeof(Datum) * n);
+	Oid types[1] = {TEXTARRAYOID};
+	Datum values[1];
+
+	for (int i = 0; i < n; i++)
+		names[i] = CStringGetTextDatum(missing[i]->name);
+	values[0] = text_array(names, n);
+	worker_xact_begin("wal_delivery reconciler: noting topics to create");
+	if (OidIsValid(get_extension_oid("wal_delivery", true)))
+		spi_exec_or_fail("SELECT wal_delivery.note_topics_to_create($1)", 1, types, values);
+	worker_xact_end();
+}
+
 /* SIGHUP: read the settings again; the Kafka settings may have changed, so reconnect. */
 static void
 reload_settings_if_asked(ReconcileState *st)
@@ -251,7 +274,7 @@ reconcile_once(ReconcileState *st)
 	if (!round_due(st, version, due))
 		return reconcile_poll_ms;
 	st->last_attempted_version = version;
-	apply_to_kafka(topics, count);
+	apply_to_kafka(topics, count, note_topics_to_create);
 	published = record_outcome(topics, count, version);
 	return note_round(st, topics, count, version, published);
 }

@@ -503,7 +503,7 @@ compare_with_metadata(DesiredTopic *topics, int count, const struct rd_kafka_met
  * error. A failure on one topic is that topic's only.
  */
 void
-apply_to_kafka(DesiredTopic *topics, int count)
+apply_to_kafka(DesiredTopic *topics, int count, BeforeCreateTopics before_create)
 {
 	const struct rd_kafka_metadata *md = NULL;
 	DesiredTopic **missing = palloc(sizeof(DesiredTopic *) * Max(count, 1));
@@ -534,7 +534,10 @@ apply_to_kafka(DesiredTopic *topics, int count)
 	rd_kafka_metadata_destroy(md);
 
 	if (n_missing > 0)
+	{
+		before_create(missing, n_missing);
 		create_topics(missing, n_missing, live_brokers);
+	}
 	if (n_short > 0)
 		grow_partitions(short_topics, n_short);
 	if (n_existing > 0)

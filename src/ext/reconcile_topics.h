@@ -44,9 +44,12 @@ typedef struct DesiredTopic
 
 /*
  * Brings Kafka in line with topics[]; each topic's outcome lands in its exists, ready and
- * error. A failure on one topic is that topic's only.
+ * error. A failure on one topic is that topic's only. before_create is called with the
+ * topics Kafka does not have, before they are created, and must have recorded them
+ * durably as wal_delivery's by the time it returns.
  */
-void apply_to_kafka(DesiredTopic *topics, int count);
+typedef void (*BeforeCreateTopics)(DesiredTopic **missing, int n);
+void apply_to_kafka(DesiredTopic *topics, int count, BeforeCreateTopics before_create);
 
 /* Drops the admin client (the Kafka settings changed, or the worker stops). */
 void reconcile_kafka_disconnect(void);

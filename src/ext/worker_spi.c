@@ -38,7 +38,7 @@ spi_exec_or_fail(const char *sql, int nargs, Oid *types, Datum *values)
 	int rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
 
 	if (rc < 0)
-		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+		elog(ERROR, "wal_delivery: SPI failed (%d) on: %s", rc, sql);
 }
 
 /*
@@ -58,15 +58,15 @@ spi_exec_kept(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *v
 		SPIPlanPtr p = SPI_prepare(sql, nargs, types);
 
 		if (p == NULL)
-			elog(ERROR, "wal_delivery relay: could not prepare (%s): %s",
+			elog(ERROR, "wal_delivery: could not prepare (%s): %s",
 				 SPI_result_code_string(SPI_result), sql);
 		if (SPI_keepplan(p) != 0)
-			elog(ERROR, "wal_delivery relay: could not keep the plan of: %s", sql);
+			elog(ERROR, "wal_delivery: could not keep the plan of: %s", sql);
 		*plan = p;
 	}
 	rc = SPI_execute_plan(*plan, values, nulls, false, 0);
 	if (rc < 0)
-		elog(ERROR, "wal_delivery relay: SPI failed (%d) on: %s", rc, sql);
+		elog(ERROR, "wal_delivery: SPI failed (%d) on: %s", rc, sql);
 }
 
 Datum

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from conftest import connect
+from conftest import connect, env_cmd
 from relay_helpers import (ensure_extension, make_topic, read_topic, states, wait_all_stored,
                            wait_until)
 
@@ -226,3 +226,39 @@ def test_a_kafka_topic_deleted_behind_its_back_comes_back(kafka_bootstrap, uniqu
         admin.delete_topics([topic])[topic].result(20)
         wait_until(lambda: kafka_partitions(admin, topic) == 0, 30, what="the deletion")
         wait_until(lambda: kafka_partitions(admin, topic) == 2, 30, what="the topic to come back")
+
+
+def test_a_crash_while_a_topic_is_created_leaves_it_wal_deliverys(kafka_bootstrap, unique):
+    """The reconciler creates topics outside any transaction and records the round after.
+    With that record held up (the table locked) and the server crashing meanwhile, the
+    topic Kafka may have created is still wal_delivery's after the restart: not left alone
+    as another application's, and its records ship."""
+    topic = f"rec.crash.{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    locker = connect()
+    try:
+        locker.autocommit = False
+        # Writes wait, reads do not: the round reads what it wants, then waits to write.
+        locker.execute("LOCK TABLE wal_delivery.kafka_topics IN EXCLUSIVE MODE")
+        with connect() as conn:
+            make_topic(conn, topic)
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'before the crash')", (topic,))
+            # The round is under way: the reconciler waits for the lock.
+            wait_until(lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery reconciler'"
+                " AND wait_event_type = 'Lock'").fetchone()[0] == 1, 30,
+                what="the reconciler to wait for kafka_topics")
+        time.sleep(2)  # long enough for a create that does not wait for the record
+        env_cmd("pg-stop-immediate")
+    finally:
+        try:
+            locker.close()
+        except Exception:
+            pass
+        env_cmd("pg-start")
+    with connect() as conn:
+        wait_until(lambda: kafka_partitions(admin, topic) == 1, 60, what="the topic in Kafka")
+        wait_all_stored(conn, topic, 1, timeout=60)
+        assert conn.execute("SELECT created FROM wal_delivery.kafka_topics WHERE topic = %s",
+                            (topic,)).fetchone()[0]
+    assert set(read_topic(kafka_bootstrap, topic, ["before the crash"])) == {"before the crash"}
