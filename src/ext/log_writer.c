@@ -35,6 +35,7 @@
 #include "enqueue_lookup.h"
 #include "log_writer.h"
 #include "outbox_log_layout.h"
+#include "pg_compat.h"
 #include "relay_wakeup.h"
 
 PG_FUNCTION_INFO_V1(wal_delivery_log_lane);
@@ -149,8 +150,8 @@ insert_speculatively(LogWriter *w)
 	bool conflict = false;
 
 	table_tuple_insert_speculative(w->rel, w->slot, w->cid, 0, NULL, token);
-	list_free(
-		ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, true, &conflict, w->arbiters));
+	list_free(compat_ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, true, &conflict,
+										   w->arbiters));
 	table_tuple_complete_speculative(w->rel, w->slot, token, !conflict);
 	SpeculativeInsertionLockRelease(xid);
 	return !conflict;
@@ -193,7 +194,8 @@ log_writer_insert(LogWriter *w, const LogRecord *r)
 	{
 		/* A generated key is outside the partial dedupe index: a plain insert. */
 		table_tuple_insert(w->rel, w->slot, w->cid, 0, NULL);
-		list_free(ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL));
+		list_free(
+			compat_ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL));
 	}
 	ResetPerTupleExprContext(w->estate);
 	if (inserted)

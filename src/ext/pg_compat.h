@@ -1,0 +1,36 @@
+/*
+ * pg_compat.h: what differs between the Postgres major versions the extension builds
+ * for (15, Debian 12's, to 17), in one place: one wrapper per difference, each with what
+ * changed, in which version, and why the wrapper's choice is right for wal_delivery.
+ * The other files call the wrappers and never test PG_VERSION_NUM themselves.
+ */
+#ifndef PG_COMPAT_H
+#define PG_COMPAT_H
+
+#include "postgres.h"
+
+#include "executor/executor.h"
+
+#if PG_VERSION_NUM < 150000
+#error "wal_delivery needs Postgres 15 or later"
+#endif
+
+/*
+ * ExecInsertIndexTuples: Postgres 16 added a last argument, onlySummarizing (insert into
+ * the summarizing indexes, BRIN, alone: for a HOT update that changed no other index's
+ * columns). The log writer inserts new rows, never HOT updates, so every index gets its
+ * entry: false, which is what 15 did.
+ */
+static inline List *
+compat_ExecInsertIndexTuples(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate, bool update,
+							 bool noDupErr, bool *specConflict, List *arbiterIndexes)
+{
+#if PG_VERSION_NUM >= 160000
+	return ExecInsertIndexTuples(rri, slot, estate, update, noDupErr, specConflict, arbiterIndexes,
+								 false);
+#else
+	return ExecInsertIndexTuples(rri, slot, estate, update, noDupErr, specConflict, arbiterIndexes);
+#endif
+}
+
+#endif /* PG_COMPAT_H */
