@@ -10,9 +10,15 @@
 CREATE FUNCTION regress.extension_catalog() RETURNS TABLE (kind text, object text, detail text)
 LANGUAGE sql AS $$
 WITH ext AS (SELECT * FROM pg_extension WHERE extname = 'wal_delivery'),
+-- Members less the types that come with another object (a table's row type, array
+-- types: an internal dependency on it), which Postgres 17 lists as members and 15 does
+-- not, so that the catalog reads the same on both.
 members AS (
     SELECT d.classid, d.objid, d.objsubid FROM pg_depend d, ext
-     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'),
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'
+       AND NOT (d.classid = 'pg_type'::regclass AND EXISTS (
+           SELECT FROM pg_depend i
+            WHERE i.classid = d.classid AND i.objid = d.objid AND i.deptype = 'i'))),
 rels AS (SELECT c.* FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid),
 procs AS (SELECT p.* FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid)
 SELECT 'member', pg_describe_object(classid, objid, objsubid), '' FROM members
