@@ -9,6 +9,7 @@
 #                                    (dpkg-source -x with OPT, e.g. --skip-patches);
 #                                    prints its version; fails (says why) when apt
 #                                    cannot download it
+#   timed NAME COMMAND...            runs COMMAND; says how long it took
 
 CACHE=${CACHE:-$ROOT/.cache}
 
@@ -57,4 +58,11 @@ debian13_source() {
   dpkg-source -x "$@" "$dsc" "$dir/src" >>"$dir/apt.log" 2>&1 ||
     { tail -20 "$dir/apt.log" >&2; say "could not unpack $dsc (log: $dir/apt.log)"; return 1; }
   echo "$version"
+}
+
+timed() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  say "$name took $((SECONDS - start)) s"
 }
