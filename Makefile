@@ -26,14 +26,63 @@ REGRESS_OPTS = --load-extension=wal_delivery
 # partial initialiser trips.
 PG_CFLAGS  = -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 PG_CPPFLAGS = -Isrc/ext -Isrc -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK = -lrdkafka -lcurl -lz
+SHLIB_LINK = $(RDKAFKA_LIBS) -lcurl -lz
 
+# PG: the Postgres major version the extension is built for, and the server that the
+# tests, the demo and installcheck run. 15 (the default): the system's pg_config
+# (Debian 12's Postgres), or PG_CONFIG. Another: .cache/pg$(PG), which
+# `PG=$(PG) tests/setup` makes (tests/deps/postgres); its PG_CONFIG and PGBIN are
+# exported to what make runs (tests/run, tests/env, demo/run).
+PG ?= 15
+ifeq ($(PG),15)
 PG_CONFIG ?= pg_config
+else
+PG_CONFIG = $(CURDIR)/.cache/pg$(PG)/bin/pg_config
+PGBIN = $(CURDIR)/.cache/pg$(PG)/bin
+export PG_CONFIG PGBIN
+ifeq ($(wildcard $(PG_CONFIG)),)
+ifeq ($(filter setup test demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
+$(error no Postgres $(PG) in .cache/pg$(PG): run `make PG=$(PG) setup` (PG=$(PG) tests/setup) first)
+endif
+endif
+endif
+
+# RDKAFKA: the librdkafka that the extension and wal-worker build against. Unset (the
+# default): the system's (Debian 12: 2.0.2). 2.8: .cache/librdkafka-2.8, which
+# `RDKAFKA=2.8 tests/setup` builds from Debian 13's source (tests/deps/librdkafka),
+# linked statically, so neither needs the cache at run time.
+ifeq ($(RDKAFKA),)
+RDKAFKA_CFLAGS =
+RDKAFKA_LIBS   = -lrdkafka
+else
+RDKAFKA_PREFIX = $(CURDIR)/.cache/librdkafka-$(RDKAFKA)
+RDKAFKA_PC     = PKG_CONFIG_PATH=$(RDKAFKA_PREFIX)/lib/pkgconfig pkg-config
+# -isystem, as the system's headers are: 2.8's rdkafka.h has a const int return type,
+# which -Wextra -Werror would refuse.
+RDKAFKA_CFLAGS = $(patsubst -I%,-isystem %,$(shell $(RDKAFKA_PC) --cflags rdkafka-static))
+RDKAFKA_LIBS   = $(shell $(RDKAFKA_PC) --libs rdkafka-static)
+PG_CPPFLAGS   += $(RDKAFKA_CFLAGS)
+ifeq ($(wildcard $(RDKAFKA_PREFIX)/lib/librdkafka.a),)
+ifeq ($(filter setup test demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
+$(error no librdkafka $(RDKAFKA) in .cache/librdkafka-$(RDKAFKA): run `make RDKAFKA=$(RDKAFKA) setup` first)
+endif
+endif
+endif
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS tracks no header dependencies; rebuild the extension when any of its headers change.
 $(OBJS): $(wildcard src/ext/*.h src/shared/*.h)
+
+# What the objects were built for: a build for another PG, PG_CONFIG or RDKAFKA than the
+# last one rebuilds them rather than link the last one's (the file changes only then).
+BUILT_FOR = PG=$(PG) PG_CONFIG=$(PG_CONFIG) RDKAFKA=$(RDKAFKA)
+.PHONY: check-built-for
+build/built-for: check-built-for
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = '$(BUILT_FOR)' ] || echo '$(BUILT_FOR)' >$@
+$(OBJS): build/built-for
 # library_version() returns default_version.
 src/ext/wal_delivery.o: $(EXTENSION).control
 
@@ -88,9 +137,16 @@ MHD_HEADER  =
 MHD_TOO_OLD := $(shell pkg-config --atleast-version=1.0 libmicrohttpd 2>/dev/null || \
 	echo "$$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo none)")
 endif
-WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror $(MHD_CFLAGS) -Isrc/workers -Isrc \
-	-I$(shell $(PG_CONFIG) --includedir) -MMD -MP -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
-WORKER_LIBS  = -lrdkafka -lpq -lcurl -ljansson $(MHD_LIBS) -lcrypto -lpthread -lm
+# wal-worker is a client of any server version (one wal-delivery-worker package for all):
+# it takes libpq's header from the same libpq it links, the system's, whatever PG says.
+ifeq ($(PG),15)
+LIBPQ_INCLUDEDIR = $(shell $(PG_CONFIG) --includedir)
+else
+LIBPQ_INCLUDEDIR = $(shell pkg-config --variable=includedir libpq)
+endif
+WORKER_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror $(MHD_CFLAGS) $(RDKAFKA_CFLAGS) -Isrc/workers -Isrc \
+	-I$(LIBPQ_INCLUDEDIR) -MMD -MP -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
+WORKER_LIBS  = $(RDKAFKA_LIBS) -lpq -lcurl -ljansson $(MHD_LIBS) -lcrypto -lpthread -lm
 
 all: bin/wal-worker
 
@@ -102,7 +158,7 @@ ifneq ($(MHD_TOO_OLD),)
 	@exit 1
 endif
 
-$(WORKER_OBJS): $(MHD_HEADER) | check-libmicrohttpd
+$(WORKER_OBJS): $(MHD_HEADER) build/built-for | check-libmicrohttpd
 
 # COPT: extra compiler flags, as PGXS takes them for the extension (pg_buildext passes
 # Debian's hardening flags in it).
@@ -135,7 +191,7 @@ bin/sanitize/wal-worker: $(SANITIZE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(SANITIZE_FLAGS) -o $@ $^ $(WORKER_LIBS)
 
-$(SANITIZE_OBJS): $(MHD_HEADER) | check-libmicrohttpd
+$(SANITIZE_OBJS): $(MHD_HEADER) build/built-for | check-libmicrohttpd
 -include $(SANITIZE_OBJS:.o=.d)
 build/sanitize/workers/main.o: $(EXTENSION).control
 
@@ -205,7 +261,12 @@ check-format:
 # Built with the Postgres packaging tools (debian/, pg_buildext) from a copy of the
 # working tree's files in build/deb/src, so the build's `make clean` leaves this tree
 # alone; the .debs land in build/deb/.
+# Only for Debian 12's Postgres 15: pg_buildext builds for /usr/lib/postgresql/<version>,
+# and Debian 12 has no postgresql-server-dev-17.
 deb:
+ifneq ($(PG),15)
+	@echo "make deb builds the packages for Debian 12's Postgres 15 only, not PG=$(PG)" >&2; exit 1
+endif
 	rm -rf build/deb && mkdir -p build/deb/src
 	{ git ls-files --cached --others --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*'; } | \
 	  while read -r f; do [ -f "$$f" ] && printf '%s\n' "$$f"; done | \
