@@ -16,6 +16,7 @@
 #include "nodes/pg_list.h"
 #include "utils/memutils.h"
 
+#include "pg_compat.h"
 #include "pg_stubs.h"
 #include "s3_target.h"
 
@@ -227,7 +228,7 @@ enlargeStringInfo(StringInfo str, int needed)
 }
 
 void
-appendBinaryStringInfo(StringInfo str, const char *data, int datalen)
+appendBinaryStringInfo(StringInfo str, compat_binary_data data, int datalen)
 {
 	enlargeStringInfo(str, datalen);
 	memcpy(str->data + str->len, data, datalen);

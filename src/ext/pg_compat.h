@@ -33,4 +33,15 @@ compat_ExecInsertIndexTuples(ResultRelInfo *rri, TupleTableSlot *slot, EState *e
 #endif
 }
 
+/*
+ * appendBinaryStringInfo's data: Postgres 16 made it const void * (it was const char *).
+ * The extension only calls it; fuzz/pg_stubs.c, which defines it for the fuzz targets,
+ * declares its parameter with this type so that it matches the server's header.
+ */
+#if PG_VERSION_NUM >= 160000
+typedef const void *compat_binary_data;
+#else
+typedef const char *compat_binary_data;
+#endif
+
 #endif /* PG_COMPAT_H */
