@@ -197,6 +197,7 @@ build/sanitize/workers/main.o: $(EXTENSION).control
 
 # make fuzz: the libFuzzer targets (fuzz/README.md).
 include fuzz/fuzz.mk
+$(FUZZ_ALL_OBJS): build/built-for
 
 # make install puts wal-worker next to the server's programs (pg_config --bindir), where
 # PGXS installs programs; WORKER_BINDIR=/usr/local/bin (or any directory) overrides it.
