@@ -77,7 +77,24 @@ needs_quotes(const char *value, size_t n)
 	return false;
 }
 
-/* Appends value with ", \, control characters and bytes that are not UTF-8 escaped. */
+/*
+ * UTF-8 characters that readers splitting by Unicode's rules (Python's splitlines, for
+ * one) take for a line break, though they are not bytes < 0x20: the C1 controls
+ * U+0080-U+009F (NEL among them) and U+2028, U+2029. Left raw, one in a value would cut
+ * its event in two.
+ */
+static bool
+breaks_lines(const unsigned char *p, size_t seq)
+{
+	if (seq == 2)
+		return p[0] == 0xc2 && p[1] <= 0x9f;
+	return seq == 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9);
+}
+
+/*
+ * Appends value with ", \, control characters (C1 and the Unicode line separators too)
+ * and bytes that are not UTF-8 escaped.
+ */
 static void
 put_escaped(line_buffer *out, const char *value, size_t n)
 {
@@ -88,9 +105,22 @@ put_escaped(line_buffer *out, const char *value, size_t n)
 		unsigned char c = (unsigned char) value[i];
 		size_t seq = c >= 0x80 ? utf8_sequence_length((const unsigned char *) value + i, n - i) : 1;
 
-		if (seq > 1)
+		if (seq > 1 && !breaks_lines((const unsigned char *) value + i, seq))
 		{
 			put_text(out, value + i, seq);
+			i += seq - 1;
+		}
+		else if (seq > 1)
+		{
+			/* Each byte as \xNN: the characters readers may take for a line break. */
+			for (size_t b = 0; b < seq; b++)
+			{
+				unsigned char byte = (unsigned char) value[i + b];
+
+				put_text(out, "\\x", 2);
+				put_char(out, hex[byte >> 4]);
+				put_char(out, hex[byte & 0xf]);
+			}
 			i += seq - 1;
 		}
 		else if (c == '"' || c == '\\')
