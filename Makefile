@@ -41,7 +41,7 @@ PG_CONFIG = $(CURDIR)/.cache/pg$(PG)/bin/pg_config
 PGBIN = $(CURDIR)/.cache/pg$(PG)/bin
 export PG_CONFIG PGBIN
 ifeq ($(wildcard $(PG_CONFIG)),)
-ifeq ($(filter setup test demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
+ifeq ($(filter setup test test-core demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
 $(error no Postgres $(PG) in .cache/pg$(PG): run `make PG=$(PG) setup` (PG=$(PG) tests/setup) first)
 endif
 endif
@@ -63,7 +63,7 @@ RDKAFKA_CFLAGS = $(patsubst -I%,-isystem %,$(shell $(RDKAFKA_PC) --cflags rdkafk
 RDKAFKA_LIBS   = $(shell $(RDKAFKA_PC) --libs rdkafka-static)
 PG_CPPFLAGS   += $(RDKAFKA_CFLAGS)
 ifeq ($(wildcard $(RDKAFKA_PREFIX)/lib/librdkafka.a),)
-ifeq ($(filter setup test demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
+ifeq ($(filter setup test test-core demo demo-stop bench chaos clean,$(MAKECMDGOALS)),)
 $(error no librdkafka $(RDKAFKA) in .cache/librdkafka-$(RDKAFKA): run `make RDKAFKA=$(RDKAFKA) setup` first)
 endif
 endif
@@ -217,7 +217,7 @@ clean-workers:
 	rm -rf build bin
 
 # ---------------------------------------------------------------- the project's commands
-.PHONY: setup test lint demo demo-stop bench format check-format clean-workers check-release freeze-release \
+.PHONY: setup test test-core lint demo demo-stop bench format check-format clean-workers check-release freeze-release \
 	install-worker uninstall-worker deb fuzz
 
 setup:
@@ -225,6 +225,11 @@ setup:
 
 test:
 	tests/run
+
+# pg_regress, the isolation specs and the core integration tests (tests/run --core): what
+# CI runs on the Postgres version the whole suite does not (make PG=17 test-core).
+test-core:
+	tests/run --core
 
 # tests/lint: formatting, shellcheck, ruff and the build, in seconds (CI's first stage).
 lint:
