@@ -266,18 +266,27 @@ check-format:
 # ---------------------------------------------------------------- the Debian packages
 # Built with the Postgres packaging tools (debian/, pg_buildext) from a copy of the
 # working tree's files in build/deb/src, so the build's `make clean` leaves this tree
-# alone; the .debs land in build/deb/.
-# Only for Debian 12's Postgres 15: pg_buildext builds for /usr/lib/postgresql/<version>,
-# and Debian 12 has no postgresql-server-dev-17.
+# alone; the .debs land in build/deb/. They link Debian 12's librdkafka whatever RDKAFKA
+# says (the build starts without this make's variables).
+# PG=17: pg_buildext builds only for a Debian package's server (/usr/lib/postgresql/N),
+# and Debian 12 has none of 17, so debian/rules builds that one itself (WAL_PG), and
+# the packages land in build/deb-pg17.
+DEB_BUILD = unset RDKAFKA MAKEFLAGS MFLAGS MAKELEVEL; dpkg-buildpackage --build=binary --no-sign
+DEB_DIR = build/deb$(if $(filter-out 15,$(PG)),-pg$(PG))
 deb:
-ifneq ($(PG),15)
-	@echo "make deb builds the packages for Debian 12's Postgres 15 only, not PG=$(PG)" >&2; exit 1
-endif
-	rm -rf build/deb && mkdir -p build/deb/src
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/src
 	{ git ls-files --cached --others --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*'; } | \
 	  while read -r f; do [ -f "$$f" ] && printf '%s\n' "$$f"; done | \
-	  grep -v -e '^\./\?\(build\|bin\|\.cache\)/' | tar -cf - -T - | tar -xf - -C build/deb/src
+	  grep -v -e '^\./\?\(build\|bin\|\.cache\)/' | tar -cf - -T - | tar -xf - -C $(DEB_DIR)/src
 # wal-worker links the libmicrohttpd tests/setup built, when there is one (the workers).
-	if [ -d .cache/libmicrohttpd ]; then mkdir -p build/deb/src/.cache && cp -a .cache/libmicrohttpd build/deb/src/.cache/; fi
-	cd build/deb/src && dpkg-buildpackage --build=binary --no-sign
-	@ls build/deb/*.deb
+	if [ -d .cache/libmicrohttpd ]; then mkdir -p $(DEB_DIR)/src/.cache && cp -a .cache/libmicrohttpd $(DEB_DIR)/src/.cache/; fi
+# Another Postgres than 15: postgresql-$(PG)-wal-delivery, built by debian/rules with that
+# server's pg_config into Debian's layout for it.
+ifneq ($(PG),15)
+	cd $(DEB_DIR)/src/debian && echo $(PG) >pgversions && sed 's/PGVERSION/$(PG)/g' control.in >control && \
+	  mv postgresql-15-wal-delivery.docs postgresql-$(PG)-wal-delivery.docs
+	cd $(DEB_DIR)/src && export WAL_PG=$(PG) WAL_PG_CONFIG=$(PG_CONFIG) && $(DEB_BUILD)
+else
+	cd $(DEB_DIR)/src && $(DEB_BUILD)
+endif
+	@ls $(DEB_DIR)/*.deb
