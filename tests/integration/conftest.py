@@ -31,6 +31,20 @@ def load_env():
 load_env()
 
 
+def server_has_pg_cron():
+    """Whether the server under test has pg_cron: Debian 12's 15 has; the Postgres 17 of
+    tests/deps/postgres has none when Debian 13's pg-cron source cannot be downloaded
+    (README, "Supported versions"), and tests/env then starts it without pg_cron."""
+    config = os.environ.get("PG_CONFIG") or "pg_config"
+    out = subprocess.run([config, "--pkglibdir"], capture_output=True, text=True)
+    return out.returncode == 0 and (Path(out.stdout.strip()) / "pg_cron.so").is_file()
+
+
+# For the tests of what pg_cron does: they cannot run on a server without it.
+needs_pg_cron = pytest.mark.skipif(not server_has_pg_cron(),
+                                   reason="this Postgres has no pg_cron (README, \"Supported versions\")")
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap():
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")

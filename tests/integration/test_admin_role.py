@@ -9,7 +9,7 @@ import uuid
 import psycopg
 import pytest
 
-from conftest import connect, env_cmd
+from conftest import connect, env_cmd, needs_pg_cron
 from relay_helpers import ensure_extension
 from s3_helpers import S3Server
 
@@ -392,6 +392,7 @@ def test_the_admin_archives_and_restores_dead_letters(admin, dead_letters, tmp_p
         server.stop()
 
 
+@needs_pg_cron
 def test_create_extension_grants_pg_cron_to_the_admin_when_pg_cron_is_there():
     """A scratch server, so the extension can be created after pg_cron without dropping the
     shared one; the admin then schedules the job."""
@@ -417,6 +418,7 @@ def test_create_extension_grants_pg_cron_to_the_admin_when_pg_cron_is_there():
         env_cmd("down", env_dir=env_dir, check=False)
 
 
+@needs_pg_cron
 def test_the_admin_schedules_the_archive_job_with_pg_cron(admin):
     with connect() as su:
         su.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")

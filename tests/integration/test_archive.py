@@ -15,7 +15,7 @@ import uuid
 import psycopg
 import pytest
 
-from conftest import connect
+from conftest import connect, needs_pg_cron
 from relay_helpers import ensure_extension, wait_until
 from s3_helpers import FaultyRelay, S3Server, SelfSignedHttps, free_port
 
@@ -371,6 +371,7 @@ def test_statement_timeout_and_archive_timeout_stop_a_stalled_upload(s3, bucket,
         relay.stop()
 
 
+@needs_pg_cron
 def test_pg_cron_runs_the_archive_job(s3, bucket, db, unique):
     topic = f"archtest.{unique}"
     add_dead_letters(db, topic, 5)

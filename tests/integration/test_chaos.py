@@ -14,7 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import env_cmd
+from conftest import env_cmd, needs_pg_cron
 from relay_helpers import report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,7 @@ def chaos_run():
     return lines, proc.returncode, out
 
 
+@needs_pg_cron
 def test_short_chaos_run_passes_every_check():
     lines, status, out = chaos_run()
     failed = [line for line in lines if line.startswith("FAIL ")]
