@@ -115,6 +115,38 @@ CREATE VIEW wal_delivery.config_status AS
 SELECT version, published_version, version = published_version AS in_sync, changed_at
   FROM wal_delivery.config_version;
 
+-- ==== sql/src/audit.sql
+
+-- The audit log: every change on-call makes to delivery state (replay, resolve, pause,
+-- resume), who made it and when. The functions that make those changes write it
+-- themselves, so an action from psql is audited like one from `wal-worker console`.
+--
+-- Words used below:
+--   who     session_user: the login that made the change (a SECURITY DEFINER function
+--           and SET ROLE change current_user, never the login)
+--   target  what the action was about, as jsonb: {"id": 12} for one dead letter, the
+--           filters or the ids for a bulk action, {"destination": "billing"} for a pause
+--   count   how many dead letters a bulk action changed (1 for the others)
+
+CREATE TABLE wal_delivery.audit_log (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT now(),
+    who text NOT NULL,
+    action text NOT NULL CHECK (action IN ('replay', 'resolve', 'pause', 'resume')),
+    target jsonb NOT NULL,
+    count bigint NOT NULL DEFAULT 1
+);
+-- A destination's page shows its pause history, newest first.
+CREATE INDEX audit_log_destination ON wal_delivery.audit_log ((target->>'destination'), id);
+
+-- One audit entry, written by the functions that change delivery state (they run as the
+-- extension's owner; no role may write the log directly).
+CREATE FUNCTION wal_delivery.write_audit(p_action text, p_target jsonb, p_count bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO wal_delivery.audit_log (who, action, target, count)
+    VALUES (session_user, p_action, p_target, p_count);
+$$;
+
 -- ==== sql/src/config/settings.sql
 
 -- Settings of the whole deployment: one row, created with the extension. The archive_*
@@ -997,7 +1029,15 @@ CREATE TABLE wal_delivery.dead_letters (
 );
 -- What on-call looks for: unresolved entries, by age and by destination.
 CREATE INDEX dead_letters_unresolved ON wal_delivery.dead_letters (failed_at) WHERE resolved_at IS NULL;
-CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination) WHERE resolved_at IS NULL;
+-- On-call's lists page newest first by id (keyset: `id < last seen`), never by OFFSET, so
+-- a deep page costs what the first does; filtered by destination or topic, these indexes
+-- hold the rows in that order.
+CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination, id) WHERE resolved_at IS NULL;
+CREATE INDEX dead_letters_topic ON wal_delivery.dead_letters (topic, id) WHERE resolved_at IS NULL;
+-- Searching by a record's idempotency key (what an application's log names).
+CREATE INDEX dead_letters_idempotency_key ON wal_delivery.dead_letters (idempotency_key);
+-- Dead letters per hour (the console's charts, topic_status).
+CREATE INDEX dead_letters_failed_at ON wal_delivery.dead_letters (failed_at);
 -- A DLQ message is ingested once: its Kafka position is unique.
 CREATE UNIQUE INDEX dead_letters_kafka_position
     ON wal_delivery.dead_letters (kafka_topic, kafka_partition, kafka_offset)
@@ -1113,8 +1153,9 @@ END $$;
 -- Replays one entry to where it failed: a delivery failure goes back to its destination
 -- through retry step 1 (the dlq worker writes it to Kafka, then resolves the entry); a
 -- processing or relay failure puts its outbox row back to pending with fresh attempts.
-CREATE FUNCTION wal_delivery.replay_dead_letter(p_id bigint) RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Unaudited: the replay functions below call it and write one audit entry per action.
+CREATE FUNCTION wal_delivery.requeue_dead_letter(p_id bigint) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r wal_delivery.dead_letters;
 BEGIN
@@ -1167,6 +1208,18 @@ BEGIN
     RETURN 'outbox row ' || r.outbox_id || ' back to pending';
 END $$;
 
+-- Replays one entry (above), audited.
+CREATE FUNCTION wal_delivery.replay_dead_letter(p_id bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_outcome text := wal_delivery.requeue_dead_letter(p_id);
+BEGIN
+    PERFORM wal_delivery.write_audit('replay',
+        (SELECT jsonb_build_object('id', id, 'topic', topic, 'destination', destination)
+           FROM wal_delivery.dead_letters WHERE id = p_id), 1);
+    RETURN v_outcome;
+END $$;
+
 -- Replays every unresolved entry matching the filters (NULL matches all); returns how many.
 CREATE FUNCTION wal_delivery.replay_dead_letters(p_destination text DEFAULT NULL, p_topic text DEFAULT NULL,
                                                  p_failed_after timestamptz DEFAULT NULL,
@@ -1187,9 +1240,36 @@ BEGIN
            AND (p_failed_before IS NULL OR failed_at < p_failed_before)
          ORDER BY id
     LOOP
-        PERFORM wal_delivery.replay_dead_letter(v_id);
+        PERFORM wal_delivery.requeue_dead_letter(v_id);
         n := n + 1;
     END LOOP;
+    PERFORM wal_delivery.write_audit('replay',
+        jsonb_strip_nulls(jsonb_build_object('destination', p_destination, 'topic', p_topic,
+                                             'failed_after', p_failed_after, 'failed_before', p_failed_before)), n);
+    RETURN n;
+END $$;
+
+-- Replays the listed entries that can be (unresolved, not already being replayed); the
+-- others are skipped, and the count says how many were not. Returns how many replayed.
+CREATE FUNCTION wal_delivery.replay_dead_letters_by_id(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_id bigint;
+    n integer := 0;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RAISE EXCEPTION 'replay_dead_letters_by_id needs at least one dead letter id'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_id IN
+        SELECT id FROM wal_delivery.dead_letters
+         WHERE id = ANY (p_ids) AND resolved_at IS NULL AND replay_requested_at IS NULL
+         ORDER BY id
+    LOOP
+        PERFORM wal_delivery.requeue_dead_letter(v_id);
+        n := n + 1;
+    END LOOP;
+    PERFORM wal_delivery.write_audit('replay', jsonb_build_object('ids', to_jsonb(p_ids)), n);
     RETURN n;
 END $$;
 
@@ -1230,6 +1310,9 @@ BEGIN
         RAISE EXCEPTION 'dead letter % does not exist or is already resolved', p_id
             USING ERRCODE = 'undefined_object', HINT = 'See wal_delivery.unresolved_dead_letters.';
     END IF;
+    PERFORM wal_delivery.write_audit('resolve',
+        (SELECT jsonb_build_object('id', id, 'topic', topic, 'destination', destination, 'note', p_note)
+           FROM wal_delivery.dead_letters WHERE id = p_id), 1);
 END $$;
 
 -- Closes every unresolved entry matching the filters (NULL matches all) with one note;
@@ -1253,6 +1336,31 @@ BEGIN
        AND (p_topic IS NULL OR topic = p_topic)
        AND (p_failed_before IS NULL OR failed_at < p_failed_before);
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wal_delivery.write_audit('resolve',
+        jsonb_strip_nulls(jsonb_build_object('destination', p_destination, 'topic', p_topic,
+                                             'failed_before', p_failed_before, 'note', p_note)), n);
+    RETURN n;
+END $$;
+
+-- Closes the listed entries that are still unresolved with one note; returns how many.
+CREATE FUNCTION wal_delivery.resolve_dead_letters_by_id(p_ids bigint[], p_note text) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF coalesce(btrim(p_note), '') = '' THEN
+        RAISE EXCEPTION 'resolving dead letters needs a note saying how they were handled'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RAISE EXCEPTION 'resolve_dead_letters_by_id needs at least one dead letter id'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE wal_delivery.dead_letters
+       SET resolved_at = now(), resolution = p_note, replay_requested_at = NULL
+     WHERE id = ANY (p_ids) AND resolved_at IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wal_delivery.write_audit('resolve', jsonb_build_object('ids', to_jsonb(p_ids), 'note', p_note), n);
     RETURN n;
 END $$;
 
@@ -3007,12 +3115,13 @@ BEGIN
 END $$;
 
 -- On-call's override: resume a paused destination now, without waiting for a probe.
+-- Audited when it resumed one.
 CREATE FUNCTION wal_delivery.resume_destination(p_destination text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = p_destination) THEN
         RAISE EXCEPTION 'destination "%" does not exist', p_destination
-            USING ERRCODE = 'undefined_object', HINT = 'See SELECT name FROM wal_delivery.destinations.';
+            USING ERRCODE = 'undefined_object', HINT = 'See SELECT destination FROM wal_delivery.destination_status.';
     END IF;
     UPDATE wal_delivery.destination_pauses
        SET paused = false, since = now(), next_probe_at = NULL, probe_holder = NULL,
@@ -3022,6 +3131,37 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pg_notify('wal_delivery_pause', p_destination);
+    PERFORM wal_delivery.write_audit('resume', jsonb_build_object('destination', p_destination), 1);
+    RETURN true;
+END $$;
+
+-- On-call's hold: pause a destination on all three steps until someone resumes it. No
+-- probe runs meanwhile (next_probe_at stays NULL, which claim_probe never takes), so a
+-- destination under maintenance is not woken by its own probe. A destination the
+-- breaker paused is held from now on. True when this call changed its state; audited then.
+CREATE FUNCTION wal_delivery.hold_destination(p_destination text, p_reason text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_reason text := 'paused by ' || session_user || ': ' || coalesce(nullif(btrim(p_reason), ''), 'no reason given');
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = p_destination) THEN
+        RAISE EXCEPTION 'destination "%" does not exist', p_destination
+            USING ERRCODE = 'undefined_object', HINT = 'See SELECT destination FROM wal_delivery.destination_status.';
+    END IF;
+    INSERT INTO wal_delivery.destination_pauses AS p
+           (destination, paused, since, paused_step, reason, next_probe_at)
+    VALUES (p_destination, true, now(), NULL, v_reason, NULL)
+    ON CONFLICT (destination) DO UPDATE
+       SET paused = true, since = CASE WHEN p.paused THEN p.since ELSE now() END, paused_step = NULL,
+           reason = EXCLUDED.reason, next_probe_at = NULL, probes = 0, probe_holder = NULL,
+           probe_lease_until = NULL
+     WHERE NOT p.paused OR p.next_probe_at IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('wal_delivery_pause', p_destination);
+    PERFORM wal_delivery.write_audit('pause',
+        jsonb_build_object('destination', p_destination, 'reason', p_reason), 1);
     RETURN true;
 END $$;
 
@@ -3148,6 +3288,26 @@ SELECT d.name AS destination,
         SELECT s.last_error, s.last_error_at FROM wal_delivery.destination_step_stats s
          WHERE s.destination = d.name AND s.last_error_at IS NOT NULL
          ORDER BY s.last_error_at DESC LIMIT 1) le ON true;
+
+-- ==== sql/src/console.sql
+
+-- What on-call reads per topic (the console's overview, or psql): the backlog waiting to
+-- be shipped and the dead letters, without the topics table (control plane, which the
+-- on-call role may not read). Destinations have destination_status (retries.sql).
+
+-- One row per topic: records waiting to be shipped to Kafka and the oldest one's age,
+-- unresolved dead letters, and dead letters that arrived in the last hour.
+CREATE VIEW wal_delivery.topic_status AS
+SELECT t.name AS topic,
+       coalesce(b.waiting, 0) AS waiting,
+       b.oldest_waiting_age,
+       (SELECT count(*) FROM wal_delivery.dead_letters d
+         WHERE d.topic = t.name AND d.resolved_at IS NULL) AS unresolved_dead_letters,
+       (SELECT count(*) FROM wal_delivery.dead_letters d
+         WHERE d.topic = t.name AND d.failed_at > now() - interval '1 hour') AS dead_letters_last_hour
+  FROM wal_delivery.topics t
+  LEFT JOIN (SELECT topic, sum(records) AS waiting, max(oldest_age) AS oldest_waiting_age
+               FROM wal_delivery.backlog GROUP BY topic) b ON b.topic = t.name;
 
 -- ==== sql/src/archive.sql
 
@@ -3420,6 +3580,8 @@ END $$;
 --   wal_delivery_ingest     `wal-worker ingest` (below): a writer and its own config
 --   wal_delivery_worker     `wal-worker consume|retry|dlq|process` (below): the routines
 --                           they call, no config table
+--   wal_delivery_oncall     on-call people (below): read dead letters and status, replay,
+--                           resolve, pause, resume; no secrets, no config
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 
@@ -3506,7 +3668,9 @@ GRANT EXECUTE ON FUNCTION wal_delivery.ingest_dead_letter(text, integer, bigint,
                           wal_delivery.dead_letters_to_replay(integer),
                           wal_delivery.complete_replay(bigint),
                           wal_delivery.resolve_dead_letter(bigint, text),
-                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz)
+                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz),
+                          wal_delivery.replay_dead_letters_by_id(bigint[]),
+                          wal_delivery.resolve_dead_letters_by_id(bigint[], text)
     TO wal_delivery_admin;
 
 -- The relay's and the processors' routines, and retention.
@@ -3544,8 +3708,11 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.claim_probe(text, text, interval),
                           wal_delivery.finish_probe(text, text, text, text, interval),
                           wal_delivery.resume_destination(text),
+                          wal_delivery.hold_destination(text, text),
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
+-- Who replayed, resolved, paused and resumed what (written by those functions only).
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
 GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
@@ -3634,3 +3801,35 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.processed_payload_problem(bytea, text, integer),
     wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
     TO wal_delivery_worker;
+
+------------------------------------------------------------------------------ on-call
+
+-- wal_delivery_oncall: the people woken by a dead-letter alert (`wal-worker console` or
+-- psql, through a LOGIN member). They read dead letters and the delivery status, replay,
+-- resolve, pause and resume; every such change goes to audit_log with their login. They
+-- read no config table (destinations' headers and the config document may hold tokens;
+-- signing secrets and S3 keys are the admin's) and change no config.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_oncall') THEN
+        CREATE ROLE wal_delivery_oncall NOLOGIN;
+    END IF;
+END $$;
+GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_oncall;
+GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
+      wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
+      wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
+      wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
+      wal_delivery.audit_log
+    TO wal_delivery_oncall;
+GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
+                          wal_delivery.replay_dead_letter(bigint),
+                          wal_delivery.replay_dead_letters(text, text, timestamptz, timestamptz),
+                          wal_delivery.replay_dead_letters_by_id(bigint[]),
+                          wal_delivery.resolve_dead_letter(bigint, text),
+                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz),
+                          wal_delivery.resolve_dead_letters_by_id(bigint[], text),
+                          wal_delivery.hold_destination(text, text),
+                          wal_delivery.resume_destination(text),
+                          wal_delivery.library_version()
+    TO wal_delivery_oncall;

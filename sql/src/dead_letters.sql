@@ -38,7 +38,15 @@ CREATE TABLE wal_delivery.dead_letters (
 );
 -- What on-call looks for: unresolved entries, by age and by destination.
 CREATE INDEX dead_letters_unresolved ON wal_delivery.dead_letters (failed_at) WHERE resolved_at IS NULL;
-CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination) WHERE resolved_at IS NULL;
+-- On-call's lists page newest first by id (keyset: `id < last seen`), never by OFFSET, so
+-- a deep page costs what the first does; filtered by destination or topic, these indexes
+-- hold the rows in that order.
+CREATE INDEX dead_letters_destination ON wal_delivery.dead_letters (destination, id) WHERE resolved_at IS NULL;
+CREATE INDEX dead_letters_topic ON wal_delivery.dead_letters (topic, id) WHERE resolved_at IS NULL;
+-- Searching by a record's idempotency key (what an application's log names).
+CREATE INDEX dead_letters_idempotency_key ON wal_delivery.dead_letters (idempotency_key);
+-- Dead letters per hour (the console's charts, topic_status).
+CREATE INDEX dead_letters_failed_at ON wal_delivery.dead_letters (failed_at);
 -- A DLQ message is ingested once: its Kafka position is unique.
 CREATE UNIQUE INDEX dead_letters_kafka_position
     ON wal_delivery.dead_letters (kafka_topic, kafka_partition, kafka_offset)
@@ -154,8 +162,9 @@ END $$;
 -- Replays one entry to where it failed: a delivery failure goes back to its destination
 -- through retry step 1 (the dlq worker writes it to Kafka, then resolves the entry); a
 -- processing or relay failure puts its outbox row back to pending with fresh attempts.
-CREATE FUNCTION wal_delivery.replay_dead_letter(p_id bigint) RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Unaudited: the replay functions below call it and write one audit entry per action.
+CREATE FUNCTION wal_delivery.requeue_dead_letter(p_id bigint) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r wal_delivery.dead_letters;
 BEGIN
@@ -208,6 +217,18 @@ BEGIN
     RETURN 'outbox row ' || r.outbox_id || ' back to pending';
 END $$;
 
+-- Replays one entry (above), audited.
+CREATE FUNCTION wal_delivery.replay_dead_letter(p_id bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_outcome text := wal_delivery.requeue_dead_letter(p_id);
+BEGIN
+    PERFORM wal_delivery.write_audit('replay',
+        (SELECT jsonb_build_object('id', id, 'topic', topic, 'destination', destination)
+           FROM wal_delivery.dead_letters WHERE id = p_id), 1);
+    RETURN v_outcome;
+END $$;
+
 -- Replays every unresolved entry matching the filters (NULL matches all); returns how many.
 CREATE FUNCTION wal_delivery.replay_dead_letters(p_destination text DEFAULT NULL, p_topic text DEFAULT NULL,
                                                  p_failed_after timestamptz DEFAULT NULL,
@@ -228,9 +249,36 @@ BEGIN
            AND (p_failed_before IS NULL OR failed_at < p_failed_before)
          ORDER BY id
     LOOP
-        PERFORM wal_delivery.replay_dead_letter(v_id);
+        PERFORM wal_delivery.requeue_dead_letter(v_id);
         n := n + 1;
     END LOOP;
+    PERFORM wal_delivery.write_audit('replay',
+        jsonb_strip_nulls(jsonb_build_object('destination', p_destination, 'topic', p_topic,
+                                             'failed_after', p_failed_after, 'failed_before', p_failed_before)), n);
+    RETURN n;
+END $$;
+
+-- Replays the listed entries that can be (unresolved, not already being replayed); the
+-- others are skipped, and the count says how many were not. Returns how many replayed.
+CREATE FUNCTION wal_delivery.replay_dead_letters_by_id(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_id bigint;
+    n integer := 0;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RAISE EXCEPTION 'replay_dead_letters_by_id needs at least one dead letter id'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR v_id IN
+        SELECT id FROM wal_delivery.dead_letters
+         WHERE id = ANY (p_ids) AND resolved_at IS NULL AND replay_requested_at IS NULL
+         ORDER BY id
+    LOOP
+        PERFORM wal_delivery.requeue_dead_letter(v_id);
+        n := n + 1;
+    END LOOP;
+    PERFORM wal_delivery.write_audit('replay', jsonb_build_object('ids', to_jsonb(p_ids)), n);
     RETURN n;
 END $$;
 
@@ -271,6 +319,9 @@ BEGIN
         RAISE EXCEPTION 'dead letter % does not exist or is already resolved', p_id
             USING ERRCODE = 'undefined_object', HINT = 'See wal_delivery.unresolved_dead_letters.';
     END IF;
+    PERFORM wal_delivery.write_audit('resolve',
+        (SELECT jsonb_build_object('id', id, 'topic', topic, 'destination', destination, 'note', p_note)
+           FROM wal_delivery.dead_letters WHERE id = p_id), 1);
 END $$;
 
 -- Closes every unresolved entry matching the filters (NULL matches all) with one note;
@@ -294,5 +345,30 @@ BEGIN
        AND (p_topic IS NULL OR topic = p_topic)
        AND (p_failed_before IS NULL OR failed_at < p_failed_before);
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wal_delivery.write_audit('resolve',
+        jsonb_strip_nulls(jsonb_build_object('destination', p_destination, 'topic', p_topic,
+                                             'failed_before', p_failed_before, 'note', p_note)), n);
+    RETURN n;
+END $$;
+
+-- Closes the listed entries that are still unresolved with one note; returns how many.
+CREATE FUNCTION wal_delivery.resolve_dead_letters_by_id(p_ids bigint[], p_note text) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF coalesce(btrim(p_note), '') = '' THEN
+        RAISE EXCEPTION 'resolving dead letters needs a note saying how they were handled'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RAISE EXCEPTION 'resolve_dead_letters_by_id needs at least one dead letter id'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE wal_delivery.dead_letters
+       SET resolved_at = now(), resolution = p_note, replay_requested_at = NULL
+     WHERE id = ANY (p_ids) AND resolved_at IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wal_delivery.write_audit('resolve', jsonb_build_object('ids', to_jsonb(p_ids), 'note', p_note), n);
     RETURN n;
 END $$;

@@ -52,12 +52,13 @@ BEGIN
 END $$;
 
 -- On-call's override: resume a paused destination now, without waiting for a probe.
+-- Audited when it resumed one.
 CREATE FUNCTION wal_delivery.resume_destination(p_destination text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = p_destination) THEN
         RAISE EXCEPTION 'destination "%" does not exist', p_destination
-            USING ERRCODE = 'undefined_object', HINT = 'See SELECT name FROM wal_delivery.destinations.';
+            USING ERRCODE = 'undefined_object', HINT = 'See SELECT destination FROM wal_delivery.destination_status.';
     END IF;
     UPDATE wal_delivery.destination_pauses
        SET paused = false, since = now(), next_probe_at = NULL, probe_holder = NULL,
@@ -67,6 +68,37 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM pg_notify('wal_delivery_pause', p_destination);
+    PERFORM wal_delivery.write_audit('resume', jsonb_build_object('destination', p_destination), 1);
+    RETURN true;
+END $$;
+
+-- On-call's hold: pause a destination on all three steps until someone resumes it. No
+-- probe runs meanwhile (next_probe_at stays NULL, which claim_probe never takes), so a
+-- destination under maintenance is not woken by its own probe. A destination the
+-- breaker paused is held from now on. True when this call changed its state; audited then.
+CREATE FUNCTION wal_delivery.hold_destination(p_destination text, p_reason text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_reason text := 'paused by ' || session_user || ': ' || coalesce(nullif(btrim(p_reason), ''), 'no reason given');
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM wal_delivery.destinations WHERE name = p_destination) THEN
+        RAISE EXCEPTION 'destination "%" does not exist', p_destination
+            USING ERRCODE = 'undefined_object', HINT = 'See SELECT destination FROM wal_delivery.destination_status.';
+    END IF;
+    INSERT INTO wal_delivery.destination_pauses AS p
+           (destination, paused, since, paused_step, reason, next_probe_at)
+    VALUES (p_destination, true, now(), NULL, v_reason, NULL)
+    ON CONFLICT (destination) DO UPDATE
+       SET paused = true, since = CASE WHEN p.paused THEN p.since ELSE now() END, paused_step = NULL,
+           reason = EXCLUDED.reason, next_probe_at = NULL, probes = 0, probe_holder = NULL,
+           probe_lease_until = NULL
+     WHERE NOT p.paused OR p.next_probe_at IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('wal_delivery_pause', p_destination);
+    PERFORM wal_delivery.write_audit('pause',
+        jsonb_build_object('destination', p_destination, 'reason', p_reason), 1);
     RETURN true;
 END $$;
 

@@ -7,6 +7,8 @@
 --   wal_delivery_ingest     `wal-worker ingest` (below): a writer and its own config
 --   wal_delivery_worker     `wal-worker consume|retry|dlq|process` (below): the routines
 --                           they call, no config table
+--   wal_delivery_oncall     on-call people (below): read dead letters and status, replay,
+--                           resolve, pause, resume; no secrets, no config
 -- The extension's owner (a superuser) runs the background workers. Granting a role to a
 -- login role is left to the database's administrator.
 
@@ -93,7 +95,9 @@ GRANT EXECUTE ON FUNCTION wal_delivery.ingest_dead_letter(text, integer, bigint,
                           wal_delivery.dead_letters_to_replay(integer),
                           wal_delivery.complete_replay(bigint),
                           wal_delivery.resolve_dead_letter(bigint, text),
-                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz)
+                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz),
+                          wal_delivery.replay_dead_letters_by_id(bigint[]),
+                          wal_delivery.resolve_dead_letters_by_id(bigint[], text)
     TO wal_delivery_admin;
 
 -- The relay's and the processors' routines, and retention.
@@ -131,8 +135,11 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.claim_probe(text, text, interval),
                           wal_delivery.finish_probe(text, text, text, text, interval),
                           wal_delivery.resume_destination(text),
+                          wal_delivery.hold_destination(text, text),
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
+-- Who replayed, resolved, paused and resumed what (written by those functions only).
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
 GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
@@ -221,3 +228,35 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.processed_payload_problem(bytea, text, integer),
     wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
     TO wal_delivery_worker;
+
+------------------------------------------------------------------------------ on-call
+
+-- wal_delivery_oncall: the people woken by a dead-letter alert (`wal-worker console` or
+-- psql, through a LOGIN member). They read dead letters and the delivery status, replay,
+-- resolve, pause and resume; every such change goes to audit_log with their login. They
+-- read no config table (destinations' headers and the config document may hold tokens;
+-- signing secrets and S3 keys are the admin's) and change no config.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'wal_delivery_oncall') THEN
+        CREATE ROLE wal_delivery_oncall NOLOGIN;
+    END IF;
+END $$;
+GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_oncall;
+GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
+      wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
+      wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
+      wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
+      wal_delivery.audit_log
+    TO wal_delivery_oncall;
+GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
+                          wal_delivery.replay_dead_letter(bigint),
+                          wal_delivery.replay_dead_letters(text, text, timestamptz, timestamptz),
+                          wal_delivery.replay_dead_letters_by_id(bigint[]),
+                          wal_delivery.resolve_dead_letter(bigint, text),
+                          wal_delivery.resolve_dead_letters(text, text, text, timestamptz),
+                          wal_delivery.resolve_dead_letters_by_id(bigint[], text),
+                          wal_delivery.hold_destination(text, text),
+                          wal_delivery.resume_destination(text),
+                          wal_delivery.library_version()
+    TO wal_delivery_oncall;
