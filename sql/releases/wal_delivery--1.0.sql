@@ -3426,12 +3426,33 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
        FOR UPDATE OF d SKIP LOCKED;
 $$;
 
--- Called only after S3 confirmed p_object: deletes the entries, or marks them archived.
+-- Every archive object S3 confirmed, so on-call can find which one holds a day without
+-- listing the bucket (and restore it). day is the UTC day of its first entry's failure.
+CREATE TABLE wal_delivery.archive_objects (
+    object text PRIMARY KEY,
+    day date NOT NULL,
+    first_id bigint NOT NULL,
+    last_id bigint NOT NULL,
+    entries integer NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day);
+
+-- Called only after S3 confirmed p_object: deletes the entries, or marks them archived,
+-- and lists the object in archive_objects (a retried upload of the same rows updates it).
 CREATE FUNCTION wal_delivery.mark_dead_letters_archived(p_ids bigint[], p_object text) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
+    INSERT INTO wal_delivery.archive_objects (object, day, first_id, last_id, entries)
+    SELECT p_object, (array_agg((d.failed_at AT TIME ZONE 'UTC')::date ORDER BY d.id))[1], min(d.id),
+           max(d.id), count(*)
+      FROM wal_delivery.dead_letters d WHERE d.id = ANY (p_ids)
+    HAVING count(*) > 0
+    ON CONFLICT (object) DO UPDATE
+       SET entries = EXCLUDED.entries, first_id = EXCLUDED.first_id, last_id = EXCLUDED.last_id,
+           archived_at = now();
     IF (SELECT archive_keeps_rows FROM wal_delivery.settings) THEN
         UPDATE wal_delivery.dead_letters SET archived_at = now(), archive_object = p_object
          WHERE id = ANY (p_ids) AND archived_at IS NULL;
@@ -3712,7 +3733,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
 -- Who replayed, resolved, paused and resumed what (written by those functions only).
-GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status TO wal_delivery_admin;
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects
+    TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
 GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
@@ -3820,7 +3842,7 @@ GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
       wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
       wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
       wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
-      wal_delivery.audit_log
+      wal_delivery.audit_log, wal_delivery.archive_objects
     TO wal_delivery_oncall;
 GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.replay_dead_letter(bigint),

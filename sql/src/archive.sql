@@ -113,12 +113,33 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
        FOR UPDATE OF d SKIP LOCKED;
 $$;
 
--- Called only after S3 confirmed p_object: deletes the entries, or marks them archived.
+-- Every archive object S3 confirmed, so on-call can find which one holds a day without
+-- listing the bucket (and restore it). day is the UTC day of its first entry's failure.
+CREATE TABLE wal_delivery.archive_objects (
+    object text PRIMARY KEY,
+    day date NOT NULL,
+    first_id bigint NOT NULL,
+    last_id bigint NOT NULL,
+    entries integer NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day);
+
+-- Called only after S3 confirmed p_object: deletes the entries, or marks them archived,
+-- and lists the object in archive_objects (a retried upload of the same rows updates it).
 CREATE FUNCTION wal_delivery.mark_dead_letters_archived(p_ids bigint[], p_object text) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
+    INSERT INTO wal_delivery.archive_objects (object, day, first_id, last_id, entries)
+    SELECT p_object, (array_agg((d.failed_at AT TIME ZONE 'UTC')::date ORDER BY d.id))[1], min(d.id),
+           max(d.id), count(*)
+      FROM wal_delivery.dead_letters d WHERE d.id = ANY (p_ids)
+    HAVING count(*) > 0
+    ON CONFLICT (object) DO UPDATE
+       SET entries = EXCLUDED.entries, first_id = EXCLUDED.first_id, last_id = EXCLUDED.last_id,
+           archived_at = now();
     IF (SELECT archive_keeps_rows FROM wal_delivery.settings) THEN
         UPDATE wal_delivery.dead_letters SET archived_at = now(), archive_object = p_object
          WHERE id = ANY (p_ids) AND archived_at IS NULL;

@@ -139,7 +139,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
 -- Who replayed, resolved, paused and resumed what (written by those functions only).
-GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status TO wal_delivery_admin;
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects
+    TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
 GRANT EXECUTE ON FUNCTION wal_delivery.archive_dead_letter_batch(),
@@ -247,7 +248,7 @@ GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
       wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
       wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
       wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
-      wal_delivery.audit_log
+      wal_delivery.audit_log, wal_delivery.archive_objects
     TO wal_delivery_oncall;
 GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.replay_dead_letter(bigint),

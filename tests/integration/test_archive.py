@@ -136,6 +136,13 @@ def test_archive_has_every_field_and_restore_brings_entries_back_for_replay(s3, 
                       if k not in NOT_ARCHIVED | {"archive_format", "payload_base64"}}
             assert fields == {k: v for k, v in columns.items() if k not in NOT_ARCHIVED}
     assert sorted(archived_ids) == sorted(old), "every old unresolved entry, each once"
+    # archive_objects names each confirmed object with its day and ids (the console's
+    # archive page), so on-call finds a day's object without listing the bucket.
+    listed = {r[0]: r[1:] for r in db.execute(
+        "SELECT object, to_char(day, 'YYYY/MM/DD'), first_id, last_id, entries"
+        " FROM wal_delivery.archive_objects WHERE object = ANY(%s)", (list(objects),))}
+    assert listed == {key: (KEY_RE.match(key).group(1), entries[0]["id"], entries[-1]["id"], len(entries))
+                      for key, entries in objects.items()}
     # Deleted after the upload (the default); newer and resolved entries stay, unarchived.
     assert set(snapshot(db, topic)) == set(recent + resolved)
 
