@@ -166,6 +166,16 @@ build/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WORKER_CFLAGS) $(COPT) -c -o $@ $<
 
+# The console's page (src/workers/console/web/) is built into wal-worker as a C source, so
+# the binary serves exactly the page it was built with and reads no file at run time.
+CONSOLE_WEB = $(sort $(wildcard src/workers/console/web/*))
+build/workers/console/web_assets.c: $(CONSOLE_WEB) src/workers/console/embed_web.sh
+	@mkdir -p $(dir $@)
+	src/workers/console/embed_web.sh $(CONSOLE_WEB) > $@.tmp && mv $@.tmp $@
+WORKER_OBJS += build/workers/console/web_assets.o
+build/workers/console/web_assets.o: build/workers/console/web_assets.c
+	$(CC) $(WORKER_CFLAGS) $(COPT) -c -o $@ $<
+
 bin/wal-worker: $(WORKER_OBJS)
 	@mkdir -p bin
 	$(CC) -o $@ $^ $(WORKER_LIBS)
@@ -184,6 +194,11 @@ ifeq ($(SANITIZE),1)
 endif
 
 build/sanitize/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WORKER_CFLAGS) $(SANITIZE_FLAGS) $(COPT) -c -o $@ $<
+
+SANITIZE_OBJS += build/sanitize/workers/console/web_assets.o
+build/sanitize/workers/console/web_assets.o: build/workers/console/web_assets.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WORKER_CFLAGS) $(SANITIZE_FLAGS) $(COPT) -c -o $@ $<
 

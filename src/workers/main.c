@@ -28,6 +28,8 @@ run_role(const worker_options *opts)
 		return run_process(opts);
 	if (strcmp(opts->role, "ingest") == 0)
 		return run_ingest(opts);
+	if (strcmp(opts->role, "console") == 0)
+		return run_console(opts);
 
 	/* The roles land one by one (see the project's issues); until then say so plainly. */
 	log_error("event=role_unavailable role=%s msg=\"this build does not include the %s role yet\"",

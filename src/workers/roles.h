@@ -11,5 +11,6 @@ int run_dlq(const worker_options *opts);
 int run_retry(const worker_options *opts);
 int run_process(const worker_options *opts);
 int run_ingest(const worker_options *opts);
+int run_console(const worker_options *opts);
 
 #endif

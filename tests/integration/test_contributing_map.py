@@ -55,5 +55,5 @@ def test_a_directory_left_off_the_map_fails(tmp_path):
     for d in src_directories(ROOT):
         (tmp_path / d).mkdir(parents=True, exist_ok=True)
     assert missing_from_map(tmp_path) == []
-    (tmp_path / "src" / "workers" / "console").mkdir()
-    assert missing_from_map(tmp_path) == ["src/workers/console/"]
+    (tmp_path / "src" / "workers" / "pager").mkdir()
+    assert missing_from_map(tmp_path) == ["src/workers/pager/"]

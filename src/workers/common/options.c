@@ -69,6 +69,22 @@ static const role_help roles[] = {
 	 "                       free one, logged as event=started port=N)\n"
 	 "  --kafka-deadline MS  how long Kafka may take to acknowledge before the record\n"
 	 "                       goes to the outbox (default 1000)\n"},
+	{"console", "the on-call console: dead letters, destinations, replay, pause (a web page)",
+	 "  Serves a page and a JSON API for on-call: topics' backlogs, destinations' pauses,\n"
+	 "  dead letters (filter, inspect, replay, resolve, one or many), the archive and\n"
+	 "  the audit log. People sign in with a Postgres role and its password; each one's\n"
+	 "  queries run on a connection opened as that role, so the database's grants decide\n"
+	 "  what they see and do (wal_delivery_oncall, wal_delivery_admin). --db names the\n"
+	 "  database to sign in to (host, port, dbname, sslmode; its user is replaced). Roles\n"
+	 "  the server lets in without a password are refused. Needs no Kafka.\n"
+	 "  See docs/operations.md, \"The on-call console\".\n",
+	 "  --listen ADDR:PORT   where to serve the page (default 127.0.0.1:8090; port 0: a\n"
+	 "                       free one, logged as event=started port=N)\n"
+	 "  --behind-tls         the console is reached through a TLS proxy: the session\n"
+	 "                       cookie says Secure\n"
+	 "  --session-idle S     end a session after S seconds without a request (default 1800)\n"
+	 "  --session-max-age S  end a session S seconds after sign-in (default 43200)\n"
+	 "  --max-sessions N     sessions signed in at once, at most (default 64)\n"},
 };
 
 static const char common_help[] =
@@ -145,8 +161,39 @@ enum
 	OPT_PEER,
 	OPT_ADMIN_LISTEN,
 	OPT_LISTEN,
-	OPT_KAFKA_DEADLINE
+	OPT_KAFKA_DEADLINE,
+	OPT_BEHIND_TLS,
+	OPT_SESSION_IDLE,
+	OPT_SESSION_MAX_AGE,
+	OPT_MAX_SESSIONS
 };
+
+/* A console-only number option in [min, max]; 0 and *out set, or a usage error's code. */
+static int
+console_number(const char *role, const char *name, const char *arg, long min, long max, int *out)
+{
+	char *end;
+	long v;
+
+	if (strcmp(role, "console") != 0)
+	{
+		fprintf(stderr,
+				"wal-worker %s: %s only applies to 'console'\nTry 'wal-worker %s --help'.\n", role,
+				name, role);
+		return 2;
+	}
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno != 0 || *end != '\0' || arg[0] == '\0' || v < min || v > max)
+	{
+		fprintf(stderr,
+				"wal-worker %s: %s must be %ld to %ld, got '%s'\nTry 'wal-worker %s --help'.\n",
+				role, name, min, max, arg, role);
+		return 2;
+	}
+	*out = (int) v;
+	return 0;
+}
 
 int
 parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_requested)
@@ -160,12 +207,16 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 		{"peer", required_argument, NULL, OPT_PEER},
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"kafka-deadline", required_argument, NULL, OPT_KAFKA_DEADLINE},
+		{"behind-tls", no_argument, NULL, OPT_BEHIND_TLS},
+		{"session-idle", required_argument, NULL, OPT_SESSION_IDLE},
+		{"session-max-age", required_argument, NULL, OPT_SESSION_MAX_AGE},
+		{"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *role = argv[0];
-	int c;
+	int c, rc;
 	char *end;
 
 	memset(opts, 0, sizeof(*opts));
@@ -241,17 +292,38 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 				opts->peers[opts->n_peers++] = optarg;
 				break;
 			case OPT_LISTEN:
+				if (strcmp(role, "ingest") != 0 && strcmp(role, "console") != 0)
+					return usage_error(role, "--listen only applies to 'ingest' and 'console'%s",
+									   "");
+				opts->listen = optarg;
+				break;
+			case OPT_BEHIND_TLS:
+			{
+				int ignored;
+
+				if ((rc = console_number(role, "--behind-tls", "1", 1, 1, &ignored)) != 0)
+					return rc;
+				opts->behind_tls = true;
+				break;
+			}
+			case OPT_SESSION_IDLE:
+				if ((rc = console_number(role, "--session-idle", optarg, 10, 86400,
+										 &opts->session_idle_s)) != 0)
+					return rc;
+				break;
+			case OPT_SESSION_MAX_AGE:
+				if ((rc = console_number(role, "--session-max-age", optarg, 10, 7 * 86400,
+										 &opts->session_max_age_s)) != 0)
+					return rc;
+				break;
+			case OPT_MAX_SESSIONS:
+				if ((rc = console_number(role, "--max-sessions", optarg, 1, 10000,
+										 &opts->max_sessions)) != 0)
+					return rc;
+				break;
 			case OPT_KAFKA_DEADLINE:
 				if (strcmp(role, "ingest") != 0)
-					return usage_error(role,
-									   "--listen and --kafka-deadline only apply to "
-									   "'ingest'%s",
-									   "");
-				if (c == OPT_LISTEN)
-				{
-					opts->listen = optarg;
-					break;
-				}
+					return usage_error(role, "--kafka-deadline only applies to 'ingest'%s", "");
 				errno = 0;
 				opts->kafka_deadline_ms = (int) strtol(optarg, &end, 10);
 				if (errno != 0 || *end != '\0' || opts->kafka_deadline_ms < 1 ||

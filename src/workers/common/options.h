@@ -23,7 +23,7 @@ typedef struct
 
 typedef struct
 {
-	const char *role;         /* consume, retry, dlq, process, ingest */
+	const char *role;         /* consume, retry, dlq, process, ingest, console */
 	const char *conninfo;     /* libpq conninfo; "" means the PG* environment */
 	const char *destination;  /* consume --destination NAME: a dedicated consumer */
 	int admin_port;           /* -1: no admin HTTP server; 0: a free port */
@@ -34,8 +34,12 @@ typedef struct
 	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
 	int n_kafka_props;
 	kafka_prop kafka_props[MAX_KAFKA_PROPS];
-	const char *listen;    /* ingest --listen ADDRESS:PORT; NULL: 127.0.0.1:8480 */
+	const char *listen;    /* ingest, console --listen ADDRESS:PORT; NULL: the role's default */
 	int kafka_deadline_ms; /* ingest --kafka-deadline MS; 0: 1000 */
+	bool behind_tls;       /* console --behind-tls: session cookies say Secure */
+	int session_idle_s;    /* console --session-idle SECONDS; 0: 1800 */
+	int session_max_age_s; /* console --session-max-age SECONDS; 0: 43200 */
+	int max_sessions;      /* console --max-sessions N; 0: 64 */
 } worker_options;
 
 /* Returns 0 and fills opts, or prints what is wrong and returns the exit code to use. */

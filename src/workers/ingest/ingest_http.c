@@ -31,6 +31,7 @@
 
 #include "common/clock.h"
 #include "common/http_framing.h"
+#include "common/listen_socket.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "ingest/ingest_kafka.h"
@@ -446,55 +447,6 @@ log_mhd(void *arg, const char *fmt, va_list ap)
 	log_warn("event=http_server_message msg=\"%s\"", message);
 }
 
-/* The listening socket on ADDR:PORT (numeric; IPv6 in brackets), or -1 with why. */
-static int
-listen_on(const char *listen_spec, int *port, char *errbuf, size_t errbuf_size)
-{
-	char host[128];
-	const char *colon = strrchr(listen_spec, ':');
-	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
-							 .ai_family = AF_UNSPEC,
-							 .ai_socktype = SOCK_STREAM};
-	struct addrinfo *found = NULL;
-	struct sockaddr_storage bound;
-	socklen_t bound_len = sizeof(bound);
-	int one = 1;
-	int fd;
-
-	if (colon == NULL || (size_t) (colon - listen_spec) >= sizeof(host))
-	{
-		snprintf(errbuf, errbuf_size, "--listen wants ADDRESS:PORT, got '%s'", listen_spec);
-		return -1;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int) (colon - listen_spec), listen_spec);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']')
-	{
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	if (getaddrinfo(host, colon + 1, &hints, &found) != 0)
-	{
-		snprintf(errbuf, errbuf_size, "cannot listen on %s: not a numeric address and port",
-				 listen_spec);
-		return -1;
-	}
-	fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 1024) != 0 ||
-		getsockname(fd, (struct sockaddr *) &bound, &bound_len) != 0)
-	{
-		snprintf(errbuf, errbuf_size, "cannot listen on %s: %s", listen_spec, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(found);
-		return -1;
-	}
-	freeaddrinfo(found);
-	*port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &bound)->sin6_port
-											  : ((struct sockaddr_in *) &bound)->sin_port);
-	return fd;
-}
-
 ingest_http *
 ingest_http_start(const char *listen_spec, bool (*is_ready)(void), char *errbuf, size_t errbuf_size)
 {
@@ -502,7 +454,7 @@ ingest_http_start(const char *listen_spec, bool (*is_ready)(void), char *errbuf,
 	int fd;
 
 	http->is_ready = is_ready;
-	fd = listen_on(listen_spec, &http->port, errbuf, errbuf_size);
+	fd = listen_socket_open(listen_spec, &http->port, errbuf, errbuf_size);
 	if (fd < 0)
 	{
 		free(http);

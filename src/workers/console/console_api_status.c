@@ -1,0 +1,178 @@
+/*
+ * console_api_status.c: the status endpoints of the console's API (console_api.h): the
+ * overview, destinations with pause and resume, the archive and the audit log.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "console/console_api.h"
+
+void
+console_api_overview(console_request *r, console_answer *a)
+{
+	if (strcmp(r->method, "GET") != 0)
+		return console_answer_error(a, 405, "GET only");
+	/* Dead letters per topic and hour over the last 24 hours read failed_at's index. */
+	console_answer_query(
+		r, a,
+		"SELECT json_build_object('now', now(),"
+		" 'topics', (SELECT coalesce(json_agg(t ORDER BY t.topic), '[]')"
+		"            FROM wal_delivery.topic_status t),"
+		" 'destinations', (SELECT coalesce(json_agg(json_build_object("
+		"   'destination', destination, 'breaker', breaker, 'since', since,"
+		"   'next_probe_at', next_probe_at, 'pause_reason', left(pause_reason, 300),"
+		"   'backlog', backlog, 'consecutive_failures', consecutive_failures,"
+		"   'delivered', delivered, 'failed', failed, 'last_error', left(last_error, 300),"
+		"   'last_error_at', last_error_at, 'last_success_at', last_success_at)"
+		"   ORDER BY destination), '[]') FROM wal_delivery.destination_status),"
+		" 'dead_letters_per_hour', (SELECT coalesce(json_agg(h ORDER BY h.hour, h.topic), '[]')"
+		"   FROM (SELECT date_trunc('hour', failed_at) AS hour, topic, count(*) AS dead_letters"
+		"           FROM wal_delivery.dead_letters"
+		"          WHERE failed_at >= date_trunc('hour', now()) - interval '23 hours'"
+		"          GROUP BY 1, 2) h))::text",
+		0, NULL);
+}
+
+/* A destination name as the control plane allows it, so it can stand in a path. */
+static bool
+destination_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 100)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+			  (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static void
+destination_page(console_request *r, console_answer *a, const char *name)
+{
+	const char *params[] = {name};
+
+	console_answer_query(
+		r, a,
+		"SELECT json_build_object('status', row_to_json(s),"
+		" 'pause', (SELECT row_to_json(p) FROM wal_delivery.destination_pauses p"
+		"           WHERE p.destination = $1),"
+		" 'steps', (SELECT coalesce(json_agg(st ORDER BY st.step), '[]')"
+		"           FROM wal_delivery.destination_step_stats st WHERE st.destination = $1),"
+		" 'history', (SELECT coalesce(json_agg(h ORDER BY h.id DESC), '[]') FROM ("
+		"     SELECT id, at, who, action, target, count FROM wal_delivery.audit_log"
+		"      WHERE target->>'destination' = $1 ORDER BY id DESC LIMIT 50) h),"
+		" 'dead_letters', (SELECT coalesce(json_agg(d ORDER BY d.id DESC), '[]') FROM ("
+		"     SELECT id, topic, idempotency_key, attempts, left(last_error, 300) AS last_error,"
+		"            failed_at, resolved_at FROM wal_delivery.dead_letters"
+		"      WHERE destination = $1 ORDER BY id DESC LIMIT 20) d))::text"
+		" FROM wal_delivery.destination_status s WHERE s.destination = $1",
+		1, params);
+}
+
+void
+console_api_destinations(console_request *r, console_answer *a, const char *rest)
+{
+	bool get = strcmp(r->method, "GET") == 0;
+	const char *slash = strchr(rest, '/');
+	size_t n = slash ? (size_t) (slash - rest) : strlen(rest);
+	char name[101];
+	json_t *body;
+
+	if (rest[0] == '\0')
+	{
+		if (!get)
+			return console_answer_error(a, 405, "GET only");
+		return console_answer_query(
+			r, a,
+			"SELECT coalesce(json_agg(d ORDER BY d.destination), '[]')::text"
+			" FROM wal_delivery.destination_status d",
+			0, NULL);
+	}
+	if (!destination_name_ok(rest, n))
+		return console_answer_error(a, 404, "no such destination");
+	memcpy(name, rest, n);
+	name[n] = '\0';
+	if (slash == NULL)
+		return get ? destination_page(r, a, name) : console_answer_error(a, 405, "GET only");
+	if (get)
+		return console_answer_error(a, 405, "POST only");
+	if (strcmp(slash, "/resume") == 0)
+	{
+		const char *params[] = {name};
+
+		return console_answer_query(
+			r, a, "SELECT json_build_object('changed', wal_delivery.resume_destination($1))::text",
+			1, params);
+	}
+	if (strcmp(slash, "/pause") != 0)
+		return console_answer_error(a, 404, "no such action: pause or resume");
+	if ((body = console_body_object(r, a)) == NULL)
+		return;
+	{
+		json_t *reason = json_object_get(body, "reason");
+		const char *params[] = {name, json_string_value(reason)};
+
+		if (reason != NULL && !json_is_string(reason))
+			console_answer_error(a, 400, "reason must be a string");
+		else
+			console_answer_query(
+				r, a,
+				"SELECT json_build_object('changed', wal_delivery.hold_destination($1, $2))::text",
+				2, params);
+	}
+	json_decref(body);
+}
+
+void
+console_api_archive(console_request *r, console_answer *a, const char *rest)
+{
+	bool get = strcmp(r->method, "GET") == 0;
+	json_t *body, *object;
+
+	if (rest[0] == '\0')
+	{
+		if (!get)
+			return console_answer_error(a, 405, "GET only");
+		return console_answer_query(
+			r, a,
+			"SELECT coalesce(json_agg(o ORDER BY o.day DESC, o.object), '[]')::text"
+			" FROM wal_delivery.archive_objects o",
+			0, NULL);
+	}
+	if (strcmp(rest, "restore") != 0)
+		return console_answer_error(a, 404, "no such endpoint");
+	if (get)
+		return console_answer_error(a, 405, "POST only");
+	if ((body = console_body_object(r, a)) == NULL)
+		return;
+	object = json_object_get(body, "object");
+	if (!json_is_string(object))
+		console_answer_error(a, 400, "send {\"object\": \"the archive object's key\"}");
+	else
+	{
+		const char *params[] = {json_string_value(object)};
+
+		console_answer_query(
+			r, a, "SELECT row_to_json(x)::text FROM wal_delivery.restore_dead_letters($1) x", 1,
+			params);
+	}
+	json_decref(body);
+}
+
+void
+console_api_audit(console_request *r, console_answer *a)
+{
+	char before[32];
+	int got = console_query_arg(r, "before", before, sizeof(before));
+	const char *params[] = {got > 0 ? before : NULL};
+
+	if (got < 0)
+		return console_answer_error(a, 400, "before must be an audit entry id");
+	console_answer_query(
+		r, a,
+		"SELECT json_build_object('entries', coalesce(json_agg(x ORDER BY x.id DESC), '[]'),"
+		" 'next_before', CASE WHEN count(*) = 100 THEN min(x.id) END)::text FROM ("
+		" SELECT id, at, who, action, target, count FROM wal_delivery.audit_log"
+		"  WHERE ($1::bigint IS NULL OR id < $1) ORDER BY id DESC LIMIT 100) x",
+		1, params);
+}
