@@ -232,7 +232,8 @@ clean-workers:
 	rm -rf build bin
 
 # ---------------------------------------------------------------- the project's commands
-.PHONY: setup test test-core lint demo demo-stop bench format check-format clean-workers check-release freeze-release \
+.PHONY: setup test test-core lint demo demo-stop bench console-screenshots format check-format clean-workers \
+	check-release freeze-release \
 	install-worker uninstall-worker deb fuzz
 
 setup:
@@ -305,3 +306,11 @@ else
 	cd $(DEB_DIR)/src && $(DEB_BUILD)
 endif
 	@ls $(DEB_DIR)/*.deb
+
+# The console's screenshots in docs/console/: the browser tests save one per page they
+# show under .cache/test-output/console/ (run them first, against a running test env).
+console-screenshots:
+	@ls .cache/test-output/console/*.png >/dev/null 2>&1 || { echo "no screenshots: run" \
+		".cache/venv/bin/pytest tests/integration/test_console_browser.py first" >&2; exit 1; }
+	mkdir -p docs/console
+	cp .cache/test-output/console/*.png docs/console/
