@@ -25,7 +25,7 @@
  *   GET  /api/destinations/NAME             its status, retry steps, pause history, dead letters
  *   POST /api/destinations/NAME/pause       {"reason"}: hold_destination
  *   POST /api/destinations/NAME/resume      resume_destination
- *   GET  /api/archive                       archive objects by day
+ *   GET  /api/archive                       archive objects by day, the newest 500
  *   POST /api/archive/restore               {"object"}: restore_dead_letters
  *   GET  /api/audit?before=ID               the audit log, newest first
  * FILTERS: topic, destination, reason (a part of last_error), since, until (timestamps),

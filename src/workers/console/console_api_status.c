@@ -135,8 +135,8 @@ console_api_archive(console_request *r, console_answer *a, const char *rest)
 			return console_answer_error(a, 405, "GET only");
 		return console_answer_query(
 			r, a,
-			"SELECT coalesce(json_agg(o ORDER BY o.day DESC, o.object), '[]')::text"
-			" FROM wal_delivery.archive_objects o",
+			"SELECT coalesce(json_agg(o ORDER BY o.day DESC, o.object), '[]')::text FROM ("
+			" SELECT * FROM wal_delivery.archive_objects ORDER BY day DESC, object LIMIT 500) o",
 			0, NULL);
 	}
 	if (strcmp(rest, "restore") != 0)
