@@ -33,6 +33,7 @@ def test_every_worker_option_is_documented():
     options = re.findall(r'\{"([a-z-]+)", (?:required|no)_argument', source)
     assert {"db", "admin-port", "destination", "listen", "kafka-deadline"} <= set(options)
     text = section(OPERATIONS, "## Running the workers") + section(
-        OPERATIONS, "## The ingest service (`wal-worker ingest`)")
+        OPERATIONS, "## The ingest service (`wal-worker ingest`)") + section(
+        OPERATIONS, "## The on-call console (`wal-worker console`)")
     missing = [o for o in options if f"`--{o}" not in text]
     assert not missing, f"docs/operations.md does not document: {missing}"
