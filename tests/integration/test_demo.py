@@ -7,11 +7,13 @@ terminal has no ANSI escapes and no "Killed" lines.
 
 The second demo runs only its first part (DEMO_PARTS=20-outbox): enough to start its own
 Postgres, Kafka and destination next to the first, at half the time of a full run."""
+import json
 import os
 import re
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -159,6 +161,14 @@ def test_demo_runs_to_its_end_state_beside_a_second_demo_and_both_stop_cleanly(t
                             " WHERE a.application_name LIKE 'wal-worker %'")
         assert sorted(logins.split(",")) == [f"wal-worker {role}:wal_worker:false:true:false"
                                              for role in ("consume", "dlq", "process", "retry")]
+        # The demo prints the console's address, and its on-call login signs in there.
+        url = re.search(r"the on-call console: (http://127\.0\.0\.1:\d+/)", out).group(1)
+        assert url in out[out.index("== where to look"):]
+        signin = urllib.request.Request(url + "api/session", method="POST",
+                                        data=json.dumps({"user": "oncall_demo", "password": "oncall-demo"}).encode(),
+                                        headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(signin, timeout=10) as resp:
+            assert json.loads(resp.read())["user"] == "oncall_demo"
         running = first.processes()
 
         second = Demo(tmp_path, "second", DEMO_PARTS="20-outbox")
