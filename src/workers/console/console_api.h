@@ -11,7 +11,7 @@
  * each as {"error": message, "sqlstate": code, "hint": hint}. A connection the server
  * closed ends the session (401: sign in again).
  *
- *   GET  /api/overview                      topics, destinations, dead letters per hour
+ *   GET  /api/overview[?chart=no]           topics, destinations, dead letters per hour
  *   GET  /api/dead-letters?FILTERS&before=ID&limit=N
  *                                           newest first, by keyset (id < before)
  *   GET  /api/dead-letters/count?FILTERS    how many match (for a bulk action's confirmation)
@@ -41,6 +41,8 @@
 #define CONSOLE_PAGE_MAX      200
 #define CONSOLE_PAYLOAD_SHOWN 65536
 #define CONSOLE_BULK_IDS_MAX  1000
+/* Unresolved dead letters per topic are counted up to this (console_api_overview). */
+#define CONSOLE_COUNT_CAP "10001"
 
 /* r->session is set (signed in); POSTs passed the CSRF and Origin checks. */
 void console_api_dispatch(console_request *r, console_answer *a);

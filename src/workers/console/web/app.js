@@ -215,9 +215,14 @@ async function overviewPage() {
   const holder = page('Overview', el('p', { class: 'muted', text: 'Refreshes every 5 seconds.' }));
   const body = el('div', { id: 'overview' });
   holder.append(body);
+  let chart = null, refreshes = 0;
   const draw = async () => {
     let o;
-    try { o = await api('GET', '/api/overview'); } catch (err) { return failed(err); }
+    // The chart counts a day of dead letters: once a minute is enough for it.
+    const withChart = refreshes++ % 12 === 0;
+    try { o = await api('GET', '/api/overview' + (withChart ? '' : '?chart=no')); } catch (err) { return failed(err); }
+    if (withChart) chart = hourChart('chart-dead-letters', o.dead_letters_per_hour, o.now);
+    const capped = (n) => (Number(n) >= o.count_cap ? (o.count_cap - 1).toLocaleString('en') + '+' : String(n));
     const prev = state.last;
     state.last = { at: Date.now(), delivered: Object.fromEntries(o.destinations.map((d) => [d.destination, sum(d.delivered)])) };
     body.replaceChildren(
@@ -226,11 +231,11 @@ async function overviewPage() {
         { title: 'topic', key: 'topic' },
         { title: 'waiting to ship', key: 'waiting', cls: 'num' },
         { title: 'oldest waiting', cell: (t) => text(t.oldest_waiting_age) },
-        { title: 'unresolved dead letters', cls: 'num', cell: (t) => el('a', { href: '#dead-letters?topic=' + encodeURIComponent(t.topic), text: t.unresolved_dead_letters }) },
+        { title: 'unresolved dead letters', cls: 'num', cell: (t) => el('a', { href: '#dead-letters?topic=' + encodeURIComponent(t.topic), text: capped(t.unresolved_dead_letters) }) },
         { title: 'dead letters last hour', key: 'dead_letters_last_hour', cls: 'num' },
       ], o.topics),
       el('h3', { text: 'Dead letters per hour (all topics, UTC)' }),
-      hourChart('chart-dead-letters', o.dead_letters_per_hour, o.now),
+      chart,
       el('h3', { text: 'Destinations' }),
       table('destinations', [
         { title: 'destination', cell: (d) => destinationLink(d.destination) },
