@@ -58,8 +58,9 @@ def sign_in():
 
 
 def psql_times(sql, n):
-    """n runs of sql in one psql session as the same login, each timed by psql."""
-    script = "\\timing on\n\\o /dev/null\n" + (sql.rstrip(";") + ";\n") * n
+    """n runs of sql in one psql session as the same login with the console's session
+    settings (jit off, console_signin.c), each timed by psql."""
+    script = "SET jit = off;\n\\timing on\n\\o /dev/null\n" + (sql.rstrip(";") + ";\n") * n
     env = {**os.environ, "PGUSER": user, "PGPASSWORD": password, "PGHOST": "127.0.0.1"}
     out = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1"], input=script, env=env,
                          capture_output=True, text=True, check=True).stdout

@@ -310,3 +310,18 @@ def test_forged_requests_and_a_session_after_signout_change_nothing(tmp_path, co
     go(browser, console, "dead-letters")
     wait_for(browser, lambda d: d.find_element(By.ID, "signin-page").is_displayed())
     assert browser.find_element(By.ID, "page").is_displayed() is False
+
+
+def test_the_overview_refreshes_without_a_reload(console, browser, topic_and_destination):
+    topic, dest = topic_and_destination
+    with connect() as conn:
+        make_topic(conn, topic)
+    sign_in(browser, console, "console_oncall")
+    cell = f"//table[@id='topics']//tr[td[1]='{topic}']/td[4]"
+    wait_for(browser, lambda d: d.find_element(By.XPATH, cell).text == "0")
+    browser.execute_script("window.__same_page = true")
+    with connect() as conn:
+        conn.execute("SELECT wal_delivery.ingest_dead_letter('dlq', 3, 6000000 + o, %s, 'live-' || o, %s, NULL,"
+                      " 'text/plain', 'x', 1, 'HTTP 400', '{}') FROM generate_series(1, 3) o", (topic, dest))
+    wait_for(browser, lambda d: d.find_element(By.XPATH, cell).text == "3", timeout=15)
+    assert browser.execute_script("return window.__same_page === true"), "counted without a reload"
