@@ -138,6 +138,14 @@ def test_a_session_after_sign_out_is_refused(console):
     stale.cookie, stale.csrf = cookie, csrf
     assert stale.get("/api/overview")[0] == 401
     assert stale.post("/api/destinations/x/resume")[0] == 401
+    # Signing in again in the same browser ends the session it had.
+    again = Client(console)
+    again.sign_in("console_oncall")
+    first = again.cookie
+    again.sign_in("console_admin")
+    old = Client(console)
+    old.cookie = first
+    assert old.get("/api/session")[0] == 401 and again.get("/api/session")[1]["user"] == "console_admin"
 
 
 def test_sessions_end_when_idle_and_at_their_age(tmp_path):

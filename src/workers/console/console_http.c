@@ -240,6 +240,9 @@ sign_in(const console_http *http, console_request *r, console_answer *a)
 		a->retry_after_s = result.retry_after_s;
 		return console_answer_error(a, (unsigned int) result.status, "%s", result.message);
 	}
+	/* A browser signing in again leaves no older session of its own behind. */
+	if (r->session != NULL)
+		console_session_end(r->session);
 	session_cookie(a, http, result.session->token);
 	console_answer_json(
 		a, 200,
