@@ -12,7 +12,8 @@
 
 FUZZ_CC      ?= $(firstword $(shell command -v clang-14 clang 2>/dev/null) clang)
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= record_contract ingest_batch kafka_headers admin_config retry_after s3_answer
+FUZZ_TARGETS ?= record_contract ingest_batch kafka_headers admin_config retry_after s3_answer \
+	console_payload
 FUZZ_DIR      = build/fuzz
 
 FUZZ_SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -53,6 +54,10 @@ FUZZ_MAX_LEN_admin_config = 16384
 FUZZ_SRCS_retry_after = src/workers/common/webhook.c src/workers/common/header_lines.c
 FUZZ_LIBS_retry_after = -lcurl -lcrypto
 FUZZ_MAX_LEN_retry_after = 256
+
+FUZZ_SRCS_console_payload = src/workers/console/console_payload.c src/shared/utf8.c
+FUZZ_LIBS_console_payload = -ljansson
+FUZZ_MAX_LEN_console_payload = 131072
 
 # fuzz/s3_answer.c includes src/ext/s3_request.c (its answer handling is static);
 # fuzz/pg_stubs.c stands in for the few backend functions it and gzip_buffer.c call.
