@@ -887,6 +887,36 @@ def keep_logs(env, out):
             pass
 
 
+def producer_replacements(env, out):
+    """How often librdkafka's idempotent producer failed fatally and was replaced, from
+    the logs: librdkafka 2.0 does so after some broker restarts (fixed upstream in 2.3),
+    and the relay, the hand-offs of consume, retry and dlq, and ingest replace it
+    (docs/operations.md, "librdkafka versions"). A run against another librdkafka
+    (make RDKAFKA=2.8 chaos) shows whether that one still needs the workaround."""
+    counts = {"librdkafka": rdkafka_version(), "relay": 0, "handoff": 0, "ingest": 0}
+    try:
+        counts["relay"] = Path(env.dir, "pglog", "postgres.log").read_text(errors="replace").count(
+            "librdkafka fatal error, creating new producers")
+    except OSError:
+        pass
+    for f in (out / "workers").glob("*.log"):
+        text = f.read_text(errors="replace")
+        counts["handoff"] += text.count("event=handoff_producer_replaced")
+        counts["ingest"] += sum("event=kafka_producer_recreated" in line and "reason=fatal_error" in line
+                                for line in text.splitlines())
+    return counts
+
+
+def rdkafka_version():
+    """The librdkafka wal-worker runs: the one the build linked (RDKAFKA=2.8 links it
+    statically) or the system's."""
+    linked = os.environ.get("RDKAFKA")
+    if linked:
+        return linked
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "librdkafka1"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def epoch(col):
     return f"extract(epoch FROM {col})::float8"
 
@@ -1081,6 +1111,9 @@ def main():
         run["destination_restarts"] = dests.restarts
         run["ended"] = time.time()
         run["build_after"] = build_fingerprint()
+        run["producer_replacements"] = producer_replacements(env, out)
+        log("producers replaced after a fatal error: " + ", ".join(
+            f"{k} {v}" for k, v in run["producer_replacements"].items()))
         (out / "run.json").write_text(json.dumps(run, indent=1))
         try:
             collect(env, s3, out)
