@@ -26,15 +26,16 @@ FUZZ_PG_CFLAGS = -Isrc/ext -I$(shell $(PG_CONFIG) --includedir-server) -Wno-igno
 
 # What each target links besides fuzz/<target>.c, and its longest input (-max_len). The
 # workers' targets take src/shared whole: the record contract is every door's.
-FUZZ_SRCS_record_contract = src/shared/record_contract.c src/shared/utf8.c
+FUZZ_SRCS_record_contract = src/shared/record_contract.c src/shared/trace_context.c src/shared/utf8.c
 FUZZ_LIBS_record_contract =
 FUZZ_MAX_LEN_record_contract = 4096
 
 FUZZ_SRCS_ingest_batch = src/workers/ingest/ingest_parse.c src/workers/ingest/ingest_record.c \
 	src/workers/ingest/ingest_request.c src/workers/ingest/ingest_catalog.c \
 	src/workers/ingest/ingest_metrics.c src/workers/common/metrics.c \
+	src/workers/common/random_bytes.c \
 	src/workers/common/text_buffer.c src/workers/common/log.c \
-	src/shared/record_contract.c src/shared/utf8.c
+	src/shared/record_contract.c src/shared/trace_context.c src/shared/utf8.c
 FUZZ_LIBS_ingest_batch = -ljansson $(MHD_LIBS) -lcrypto -lpthread -lm
 FUZZ_MAX_LEN_ingest_batch = 16384
 
@@ -43,7 +44,7 @@ FUZZ_SRCS_kafka_headers = src/workers/common/handoff.c src/workers/retry/retry_m
 	src/workers/common/kafka_conf.c src/workers/common/fatal_error_hook.c \
 	src/workers/common/stop_signal.c src/workers/common/sd_notify.c src/workers/common/metrics.c \
 	src/workers/common/text_buffer.c src/workers/common/log.c \
-	src/shared/record_contract.c src/shared/utf8.c
+	src/shared/record_contract.c src/shared/trace_context.c src/shared/utf8.c
 FUZZ_LIBS_kafka_headers = -lrdkafka -ljansson -lpq -lcurl -lpthread -lm
 FUZZ_MAX_LEN_kafka_headers = 4096
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trace_context.h"
 #include "utf8.h"
 
 const char *const record_reserved_headers[] = {
@@ -55,6 +56,12 @@ same_name(record_bytes a, const char *b, size_t b_len)
 		if (ascii_lower(a.data[i]) != ascii_lower(b[i]))
 			return false;
 	return true;
+}
+
+bool
+record_header_named(const char *name, size_t len, const char *wanted)
+{
+	return same_name((record_bytes){name, len}, wanted, strlen(wanted));
 }
 
 bool
@@ -344,6 +351,42 @@ shown_name(char *out, size_t out_size, const record_header *h)
 	return out;
 }
 
+/*
+ * traceparent and tracestate (in any case, as every header name) are the record's trace
+ * context: every delivery attempt continues it, so a value that cannot be read is refused
+ * here rather than dropped later.
+ */
+static bool
+check_trace_header(const record_header *h, record_problem *p)
+{
+	char shown[300];
+	const char *problem;
+	trace_context tc;
+
+	if (record_header_named(h->name.data, h->name.len, TRACEPARENT_HEADER))
+	{
+		problem = trace_context_parse(h->value.data, h->value.len, &tc);
+		if (problem != NULL)
+			return refuse(p, "22023", 400, "headers",
+						  "W3C Trace Context: version-traceid-parentid-flags in lowercase hex, for "
+						  "example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01; leave "
+						  "the header out when there is no trace.",
+						  "header %s is not a valid traceparent: %s",
+						  shown_name(shown, sizeof(shown), h), problem);
+	}
+	else if (record_header_named(h->name.data, h->name.len, TRACESTATE_HEADER))
+	{
+		problem = tracestate_check(h->value.data, h->value.len);
+		if (problem != NULL)
+			return refuse(p, "22023", 400, "headers",
+						  "W3C Trace Context: a tracestate is at most 512 printable ASCII "
+						  "characters (vendor=value pairs separated by commas).",
+						  "header %s is not a valid tracestate: %s",
+						  shown_name(shown, sizeof(shown), h), problem);
+	}
+	return true;
+}
+
 static bool
 check_header(const record_header *headers, int i, record_problem *p)
 {
@@ -394,7 +437,7 @@ check_header(const record_header *headers, int i, record_problem *p)
 		return refuse(p, "22021", 400, "headers", utf8_hint, "header %s is not valid UTF-8: %s",
 					  shown_name(shown, sizeof(shown), h), where);
 	}
-	return true;
+	return check_trace_header(h, p);
 }
 
 /* The topic as messages show it; only a refusal needs it (a valid record costs nothing). */

@@ -7,6 +7,8 @@
  * the same answer on every path: the same SQLSTATE in SQL, the same HTTP status over
  * HTTP, the same message in both.
  *
+ * A traceparent or tracestate header must be one W3C Trace Context reads (trace_context.h).
+ *
  * Everything works on (pointer, length) byte strings: a NUL is a byte like any other and
  * is judged by the rules, never taken as the end of a value. This file depends on neither
  * Postgres nor librdkafka; it is built into wal_delivery.so and into wal-worker.
@@ -72,6 +74,12 @@ int64_t record_limit(int32_t max_payload_bytes);
  * idempotency key, message key and every header's name and value, in bytes.
  */
 int64_t record_size(const record_fields *r);
+
+/*
+ * Whether name (len bytes) is wanted, a lowercase header name, in any case: header names
+ * ignore case, as in HTTP (a record's "TraceParent" is its traceparent).
+ */
+bool record_header_named(const char *name, size_t len, const char *wanted);
 
 /* The header names the relay and the workers write themselves; a record may not bring them. */
 bool record_header_is_reserved(const char *name, size_t len);
