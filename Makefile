@@ -20,7 +20,7 @@ DATA_built = $(INSTALL_SQL)
 DATA       = $(filter-out sql/releases/$(notdir $(INSTALL_SQL)),$(wildcard sql/releases/*.sql)) \
              $(wildcard sql/updates/*.sql)
 # pg_regress tests (sql/NAME.sql, expected/NAME.out), run in this order.
-REGRESS    = extension config enqueue state_machine retention security console retries archive processing upgrade
+REGRESS    = extension config enqueue trace state_machine retention security console retries archive processing upgrade
 REGRESS_OPTS = --load-extension=wal_delivery
 # -Wextra, less the two checks every fmgr function (unused fcinfo) and every PG-style
 # partial initialiser trips.

@@ -1108,9 +1108,9 @@ END $$;
 -- once, also for entries the database wrote itself (processing, relay).
 CREATE FUNCTION wal_delivery.dead_letters_to_alert(p_max_rows integer DEFAULT 100)
 RETURNS TABLE (id bigint, origin text, topic text, idempotency_key text, destination text,
-               last_error text)
+               last_error text, traceparent text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT id, origin, topic, idempotency_key, destination, last_error
+    SELECT id, origin, topic, idempotency_key, destination, last_error, headers->>'traceparent'
       FROM wal_delivery.dead_letters WHERE alerted_at IS NULL ORDER BY id LIMIT p_max_rows;
 $$;
 
@@ -1274,14 +1274,16 @@ BEGIN
     RETURN n;
 END $$;
 
--- For the dlq worker: delivery entries waiting to be written back to retry step 1.
+-- For the dlq worker: delivery entries waiting to be written back to retry step 1, with
+-- the record's trace context (the headers the hand-off to the DLQ kept) for the replay.
 CREATE FUNCTION wal_delivery.dead_letters_to_replay(p_max_rows integer DEFAULT 100)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, destination text, outbox_id bigint,
                content_type text, payload bytea, kafka_topic text, kafka_partition integer,
-               kafka_offset bigint)
+               kafka_offset bigint, traceparent text, tracestate text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT id, topic, idempotency_key, destination, outbox_id, content_type, payload,
-           kafka_topic, kafka_partition, kafka_offset
+           kafka_topic, kafka_partition, kafka_offset,
+           headers->>'traceparent', headers->>'tracestate'
       FROM wal_delivery.dead_letters
      WHERE replay_requested_at IS NOT NULL AND resolved_at IS NULL
      ORDER BY id LIMIT p_max_rows;
@@ -1535,9 +1537,21 @@ LANGUAGE sql STABLE AS $$
     SELECT gen FROM wal_delivery.outbox_generations WHERE sealed_at IS NULL
 $$;
 
+-- A record's headers as repeat_of compares them: without traceparent and tracestate (in
+-- any case), and no headers the same as '{}'. The trace context says which transaction
+-- sent a record, not what the record is: an app that retries in a new span sends the same
+-- record again.
+CREATE FUNCTION wal_delivery.headers_but_trace(p_headers jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(p_headers) = 'object'
+                THEN coalesce((SELECT jsonb_object_agg(key, value) FROM jsonb_each(p_headers)
+                                WHERE lower(key) NOT IN ('traceparent', 'tracestate')), '{}')
+                ELSE coalesce(p_headers, '{}') END
+$$;
+
 -- The id of the record of p_topic with idempotency key p_key, or NULL when there is none,
 -- once it is sure that record is the one given: a key names one record. A repeat with the
--- same payload, content type, message key and headers is a retry (the first enqueue wins,
+-- same payload, content type, message key and headers (headers_but_trace) is a retry (the first enqueue wins,
 -- this one writes nothing); with anything else it is another record, which would be lost
 -- silently if it got the first one's id: 23W01 (an integrity violation of wal_delivery's).
 CREATE FUNCTION wal_delivery.repeat_of(p_topic text, p_key text, p_payload bytea, p_content_type text,
@@ -1562,7 +1576,8 @@ BEGIN
         CASE WHEN r.payload IS DISTINCT FROM p_payload THEN 'payload' END,
         CASE WHEN r.content_type IS DISTINCT FROM p_content_type THEN 'content type' END,
         CASE WHEN r.message_key IS DISTINCT FROM p_message_key THEN 'message key' END,
-        CASE WHEN r.headers IS DISTINCT FROM p_headers THEN 'headers' END], NULL);
+        CASE WHEN wal_delivery.headers_but_trace(r.headers) IS DISTINCT FROM wal_delivery.headers_but_trace(p_headers)
+             THEN 'headers' END], NULL);
     IF differs <> '{}' THEN
         RAISE EXCEPTION 'idempotency key "%" of topic "%" was already used for a different record (its %)',
                         p_key, p_topic, array_to_string(differs, ', ')

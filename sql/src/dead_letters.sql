@@ -117,9 +117,9 @@ END $$;
 -- once, also for entries the database wrote itself (processing, relay).
 CREATE FUNCTION wal_delivery.dead_letters_to_alert(p_max_rows integer DEFAULT 100)
 RETURNS TABLE (id bigint, origin text, topic text, idempotency_key text, destination text,
-               last_error text)
+               last_error text, traceparent text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT id, origin, topic, idempotency_key, destination, last_error
+    SELECT id, origin, topic, idempotency_key, destination, last_error, headers->>'traceparent'
       FROM wal_delivery.dead_letters WHERE alerted_at IS NULL ORDER BY id LIMIT p_max_rows;
 $$;
 
@@ -283,14 +283,16 @@ BEGIN
     RETURN n;
 END $$;
 
--- For the dlq worker: delivery entries waiting to be written back to retry step 1.
+-- For the dlq worker: delivery entries waiting to be written back to retry step 1, with
+-- the record's trace context (the headers the hand-off to the DLQ kept) for the replay.
 CREATE FUNCTION wal_delivery.dead_letters_to_replay(p_max_rows integer DEFAULT 100)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, destination text, outbox_id bigint,
                content_type text, payload bytea, kafka_topic text, kafka_partition integer,
-               kafka_offset bigint)
+               kafka_offset bigint, traceparent text, tracestate text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT id, topic, idempotency_key, destination, outbox_id, content_type, payload,
-           kafka_topic, kafka_partition, kafka_offset
+           kafka_topic, kafka_partition, kafka_offset,
+           headers->>'traceparent', headers->>'tracestate'
       FROM wal_delivery.dead_letters
      WHERE replay_requested_at IS NOT NULL AND resolved_at IS NULL
      ORDER BY id LIMIT p_max_rows;

@@ -116,9 +116,21 @@ LANGUAGE sql STABLE AS $$
     SELECT gen FROM wal_delivery.outbox_generations WHERE sealed_at IS NULL
 $$;
 
+-- A record's headers as repeat_of compares them: without traceparent and tracestate (in
+-- any case), and no headers the same as '{}'. The trace context says which transaction
+-- sent a record, not what the record is: an app that retries in a new span sends the same
+-- record again.
+CREATE FUNCTION wal_delivery.headers_but_trace(p_headers jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(p_headers) = 'object'
+                THEN coalesce((SELECT jsonb_object_agg(key, value) FROM jsonb_each(p_headers)
+                                WHERE lower(key) NOT IN ('traceparent', 'tracestate')), '{}')
+                ELSE coalesce(p_headers, '{}') END
+$$;
+
 -- The id of the record of p_topic with idempotency key p_key, or NULL when there is none,
 -- once it is sure that record is the one given: a key names one record. A repeat with the
--- same payload, content type, message key and headers is a retry (the first enqueue wins,
+-- same payload, content type, message key and headers (headers_but_trace) is a retry (the first enqueue wins,
 -- this one writes nothing); with anything else it is another record, which would be lost
 -- silently if it got the first one's id: 23W01 (an integrity violation of wal_delivery's).
 CREATE FUNCTION wal_delivery.repeat_of(p_topic text, p_key text, p_payload bytea, p_content_type text,
@@ -143,7 +155,8 @@ BEGIN
         CASE WHEN r.payload IS DISTINCT FROM p_payload THEN 'payload' END,
         CASE WHEN r.content_type IS DISTINCT FROM p_content_type THEN 'content type' END,
         CASE WHEN r.message_key IS DISTINCT FROM p_message_key THEN 'message key' END,
-        CASE WHEN r.headers IS DISTINCT FROM p_headers THEN 'headers' END], NULL);
+        CASE WHEN wal_delivery.headers_but_trace(r.headers) IS DISTINCT FROM wal_delivery.headers_but_trace(p_headers)
+             THEN 'headers' END], NULL);
     IF differs <> '{}' THEN
         RAISE EXCEPTION 'idempotency key "%" of topic "%" was already used for a different record (its %)',
                         p_key, p_topic, array_to_string(differs, ', ')

@@ -41,6 +41,7 @@
 #include "enqueue_check.h"
 #include "enqueue_sql.h"
 #include "enqueue_lookup.h"
+#include "enqueue_trace.h"
 #include "log_writer.h"
 
 PG_FUNCTION_INFO_V1(wal_delivery_enqueue_jsonb);
@@ -205,6 +206,10 @@ enqueue_one(FunctionCallInfo fcinfo, PayloadKind kind)
 	bool isnull;
 	Datum id;
 
+	/* Before either path: both store, check and compare the headers the record will have. */
+	if (enqueue_trace_set())
+		headers = enqueue_trace_headers(headers);
+
 	if (topic != NULL && payload != NULL)
 	{
 		int64 log_id;
@@ -252,7 +257,7 @@ typedef struct BatchArray
 } BatchArray;
 
 static bool
-batch_array(FunctionCallInfo fcinfo, int arg, Oid element_type, BatchArray *out)
+batch_array(Datum arg, bool arg_null, Oid element_type, BatchArray *out)
 {
 	ArrayType *a;
 	int16 typlen;
@@ -260,9 +265,9 @@ batch_array(FunctionCallInfo fcinfo, int arg, Oid element_type, BatchArray *out)
 	char typalign;
 
 	memset(out, 0, sizeof(*out));
-	if (PG_ARGISNULL(arg))
+	if (arg_null)
 		return true;
-	a = PG_GETARG_ARRAYTYPE_P(arg);
+	a = DatumGetArrayTypeP(arg);
 	if (ARR_NDIM(a) > 1)
 		return false;
 	get_typlenbyvalalign(element_type, &typlen, &typbyval, &typalign);
@@ -364,6 +369,29 @@ enqueue_log_batch(Oid door, text *topic, PayloadKind kind, const BatchArray *pay
 	return batch_ids(n, ids);
 }
 
+/*
+ * The headers argument with the session's trace context in each record's headers (see
+ * enqueue_trace.h): one element per payload. Arguments of the wrong shape are left as
+ * they are, for the SQL path to refuse.
+ */
+static void
+batch_trace_headers(FunctionCallInfo fcinfo, Oid payload_type, Datum *arg, bool *arg_null)
+{
+	BatchArray payloads, headers;
+	Datum *values;
+
+	if (PG_ARGISNULL(1) || !batch_array(PG_GETARG_DATUM(1), false, payload_type, &payloads) ||
+		!batch_array(*arg, *arg_null, JSONBOID, &headers) ||
+		(headers.given && headers.n != payloads.n))
+		return;
+	values = palloc(sizeof(Datum) * (payloads.n + 1));
+	for (int i = 0; i < payloads.n; i++)
+		values[i] = JsonbPGetDatum(enqueue_trace_headers(
+			headers.given && !headers.nulls[i] ? DatumGetJsonbP(headers.values[i]) : NULL));
+	*arg = PointerGetDatum(construct_array(values, payloads.n, JSONBOID, -1, false, TYPALIGN_INT));
+	*arg_null = false;
+}
+
 static Datum
 enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
 {
@@ -375,11 +403,18 @@ enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
 	bool isnull;
 	Datum ids;
 
+	for (int i = 0; i < 5; i++)
+	{
+		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i);
+	}
+	if (enqueue_trace_set())
+		batch_trace_headers(fcinfo, payload_types[kind], &args[4], &nulls[4]);
 	if (!PG_ARGISNULL(0) && !PG_ARGISNULL(1) &&
-		batch_array(fcinfo, 1, payload_types[kind], &payloads) &&
-		batch_array(fcinfo, 2, TEXTOID, &caller_keys) &&
-		batch_array(fcinfo, 3, TEXTOID, &message_keys) &&
-		batch_array(fcinfo, 4, JSONBOID, &headers) &&
+		batch_array(args[1], false, payload_types[kind], &payloads) &&
+		batch_array(args[2], nulls[2], TEXTOID, &caller_keys) &&
+		batch_array(args[3], nulls[3], TEXTOID, &message_keys) &&
+		batch_array(args[4], nulls[4], JSONBOID, &headers) &&
 		(!caller_keys.given || caller_keys.n == payloads.n) &&
 		(!message_keys.given || message_keys.n == payloads.n) &&
 		(!headers.given || headers.n == payloads.n))
@@ -392,11 +427,6 @@ enqueue_batch(FunctionCallInfo fcinfo, PayloadKind kind)
 		PopActiveSnapshot();
 		if (result != NULL)
 			PG_RETURN_ARRAYTYPE_P(result);
-	}
-	for (int i = 0; i < 5; i++)
-	{
-		args[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
-		nulls[i] = PG_ARGISNULL(i);
 	}
 	ids = enqueue_sql_batch(fcinfo->flinfo->fn_oid, kind, args, nulls, &isnull);
 	if (isnull)

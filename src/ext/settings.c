@@ -10,6 +10,7 @@
 #include "utils/guc.h"
 
 #include "settings.h"
+#include "shared/trace_context.h"
 
 char *wal_delivery_database = NULL;
 int wal_delivery_relay_workers = 1;
@@ -23,6 +24,68 @@ int relay_shutdown_flush_ms = 5000;
 int maintenance_interval_ms = 10000;
 int reconcile_interval_ms = 30000;
 bool wal_delivery_force_delete = false;
+char *wal_delivery_traceparent = NULL;
+char *wal_delivery_tracestate = NULL;
+
+/* The parser's problem as a DETAIL sentence: capitalised, with a full stop. */
+static void
+trace_detail(const char *problem)
+{
+	char *detail = psprintf("%s.", problem);
+
+	detail[0] = (char) pg_toupper((unsigned char) detail[0]);
+	GUC_check_errdetail("%s", detail);
+}
+
+/* SET refuses a context the workers could not continue: the record would carry it. */
+static bool
+check_traceparent(char **newval, void **extra, GucSource source)
+{
+	trace_context tc;
+	const char *problem;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	problem = trace_context_parse(*newval, strlen(*newval), &tc);
+	if (problem == NULL)
+		return true;
+	trace_detail(problem);
+	GUC_check_errhint("W3C Trace Context: version-traceid-parentid-flags in lowercase hex, for "
+					  "example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01; '' for "
+					  "none.");
+	return false;
+}
+
+static bool
+check_tracestate(char **newval, void **extra, GucSource source)
+{
+	const char *problem;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	problem = tracestate_check(*newval, strlen(*newval));
+	if (problem == NULL)
+		return true;
+	trace_detail(problem);
+	GUC_check_errhint("A tracestate is at most 512 printable ASCII characters; '' for none.");
+	return false;
+}
+
+static void
+define_trace_settings(void)
+{
+	DefineCustomStringVariable(
+		"wal_delivery.traceparent",
+		"W3C traceparent that records enqueued by this session carry when they bring none.",
+		"Set it in the traced transaction (SET LOCAL); every delivery attempt continues "
+		"this trace. Empty: none.",
+		&wal_delivery_traceparent, "", PGC_USERSET, 0, check_traceparent, NULL, NULL);
+	DefineCustomStringVariable(
+		"wal_delivery.tracestate",
+		"W3C tracestate that goes with wal_delivery.traceparent into enqueued records.",
+		"Only used while wal_delivery.traceparent is set. Empty: none.", &wal_delivery_tracestate,
+		"", PGC_USERSET, 0, check_tracestate, NULL, NULL);
+}
 
 static void
 define_worker_settings(void)
@@ -99,5 +162,6 @@ define_settings(void)
 	define_kafka_settings();
 	define_relay_settings();
 	define_periodic_settings();
+	define_trace_settings();
 	MarkGUCPrefixReserved("wal_delivery");
 }

@@ -34,6 +34,13 @@ extern int reconcile_interval_ms;
 /* Lets a DELETE of a topic or destination drop its undelivered records. */
 extern bool wal_delivery_force_delete;
 
+/*
+ * The session's trace context (wal_delivery.traceparent, .tracestate), checked when set;
+ * "" when unset. Records enqueued without a traceparent header take them.
+ */
+extern char *wal_delivery_traceparent;
+extern char *wal_delivery_tracestate;
+
 void define_settings(void);
 
 #endif
