@@ -32,7 +32,7 @@ delivery_refusal(const destination_config *d, const handoff_message *m)
 
 static void
 add_request_headers(header_lines *h, const destination_config *d, const handoff_message *m,
-					int attempt)
+					int attempt, const delivery_trace *trace)
 {
 	char identity[RECORD_IDENTITY_SIZE];
 	const char *name;
@@ -50,24 +50,27 @@ add_request_headers(header_lines *h, const destination_config *d, const handoff_
 	header_lines_add_long(h, "X-Wal-Attempt", attempt);
 	json_object_foreach(d->headers, name, value)
 	{
-		if (json_is_string(value))
+		/* The attempt's own trace context replaces a configured one: never two. */
+		if (json_is_string(value) && !(trace->present && delivery_trace_header(name)))
 			header_lines_add(h, name, json_string_value(value));
 	}
+	delivery_trace_add_headers(h, trace, m);
 	if (d->signing_secret &&
 		!webhook_add_header_lines(h, d->signing_secret, identity, (long) time(NULL), m->payload,
 								  m->payload_len))
 	{
 		/* Never sent unsigned: a failed header set makes the request unsendable. */
-		log_error("event=signing_failed destination=%s key=%s msg=\"not sent: a destination with "
-				  "a secret gets only signed copies\"",
-				  d->name, identity);
+		log_message(LOG_ERROR, m,
+					"event=signing_failed destination=%s msg=\"not sent: a destination with a "
+					"secret gets only signed copies\"",
+					d->name);
 		h->failed = true;
 	}
 }
 
 http_request
 delivery_request(const destination_config *d, const handoff_message *m, int attempt,
-				 header_lines *headers)
+				 delivery_trace *trace, header_lines *headers)
 {
 	http_request req = {
 		.destination = d->name,
@@ -81,7 +84,8 @@ delivery_request(const destination_config *d, const handoff_message *m, int atte
 	};
 
 	header_lines_init(headers);
-	add_request_headers(headers, d, m, attempt);
+	delivery_trace_begin(m, trace);
+	add_request_headers(headers, d, m, attempt, trace);
 	req.headers = headers->text;
 	if (headers->failed)
 		req.url = NULL; /* never send without all its headers; submit refuses it */

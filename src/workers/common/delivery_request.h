@@ -14,6 +14,7 @@
 #define WAL_DELIVERY_REQUEST_H
 
 #include "control_plane.h"
+#include "delivery_trace.h"
 #include "handoff.h"
 #include "header_lines.h"
 #include "http_delivery.h"
@@ -32,9 +33,11 @@ const char *delivery_refusal(const destination_config *d, const handoff_message 
 
 /*
  * The request. Its header text is built in *headers (initialised here), which must stay
- * in place until http_engine_submit has copied it; release it after the submit.
+ * in place until http_engine_submit has copied it; release it after the submit. *trace
+ * gets the attempt's span (delivery_trace_begin): the caller keeps it with the attempt,
+ * for whatever handles its answer.
  */
 http_request delivery_request(const destination_config *d, const handoff_message *m, int attempt,
-							  header_lines *headers);
+							  delivery_trace *trace, header_lines *headers);
 
 #endif

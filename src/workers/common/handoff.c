@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "clock.h"
 #include "fatal_error_hook.h"
@@ -80,6 +81,32 @@ header_view(rd_kafka_headers_t *hdrs, const char *name, const char **value, size
 	return true;
 }
 
+/*
+ * The first header named name in any case, in place (as header_view): a record's header
+ * names ignore case (its "TraceParent" is its traceparent), and the relay writes them as
+ * the record gave them.
+ */
+static bool
+header_view_any_case(rd_kafka_headers_t *hdrs, const char *name, const char **value, size_t *len)
+{
+	const char *n;
+	const void *v;
+	size_t size;
+
+	for (size_t i = 0; hdrs != NULL && rd_kafka_header_get_all(hdrs, i, &n, &v, &size) ==
+										   RD_KAFKA_RESP_ERR_NO_ERROR;
+		 i++)
+		if (strcasecmp(n, name) == 0)
+		{
+			if (v == NULL || strnlen(v, size) != size)
+				return false;
+			*value = v;
+			*len = size;
+			return true;
+		}
+	return false;
+}
+
 char *
 kafka_header_value(const rd_kafka_message_t *rkm, const char *name)
 {
@@ -112,6 +139,8 @@ enum
 	CONTENT_TYPE,
 	OUTBOX_ID,
 	CREATED_AT,
+	TRACEPARENT,
+	TRACESTATE,
 	N_FIELDS
 };
 
@@ -127,8 +156,9 @@ typedef struct message_fields
 static void
 read_fields(message_fields *f, const rd_kafka_message_t *rkm, bool origin_from_headers)
 {
-	static const char *const names[N_FIELDS] = {"source-topic", "idempotency-key", "content-type",
-												"outbox-id", "created-at"};
+	static const char *const names[N_FIELDS] = {
+		"source-topic", "idempotency-key",  "content-type",   "outbox-id",
+		"created-at",   TRACEPARENT_HEADER, TRACESTATE_HEADER};
 	rd_kafka_headers_t *hdrs = NULL;
 
 	memset(f->value, 0, sizeof(f->value));
@@ -136,7 +166,9 @@ read_fields(message_fields *f, const rd_kafka_message_t *rkm, bool origin_from_h
 	if (rd_kafka_message_headers(rkm, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		hdrs = NULL;
 	for (int i = 0; i < N_FIELDS; i++)
-		if (i != TOPIC || origin_from_headers)
+		if (i == TRACEPARENT || i == TRACESTATE)
+			header_view_any_case(hdrs, names[i], &f->value[i], &f->len[i]);
+		else if (i != TOPIC || origin_from_headers)
 			header_view(hdrs, names[i], &f->value[i], &f->len[i]);
 	if (f->value[TOPIC] == NULL)
 	{
@@ -187,10 +219,23 @@ handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm,
 	m->outbox_id = f.value[OUTBOX_ID] ? pack(&cursor, f.value[OUTBOX_ID], f.len[OUTBOX_ID]) : NULL;
 	m->created_at =
 		f.value[CREATED_AT] ? pack(&cursor, f.value[CREATED_AT], f.len[CREATED_AT]) : NULL;
+	m->traceparent =
+		f.value[TRACEPARENT] ? pack(&cursor, f.value[TRACEPARENT], f.len[TRACEPARENT]) : NULL;
+	m->tracestate =
+		f.value[TRACESTATE] ? pack(&cursor, f.value[TRACESTATE], f.len[TRACESTATE]) : NULL;
 	m->payload = pack(&cursor, rkm->payload ? rkm->payload : "", rkm->len);
 	m->payload_len = rkm->len;
 	m->source_partition = rkm->partition;
 	m->source_offset = rkm->offset;
+	handoff_message_read_trace(m);
+}
+
+void
+handoff_message_read_trace(handoff_message *m)
+{
+	/* One that cannot be read (not from a door that checks it) is no context. */
+	m->has_trace = m->traceparent != NULL &&
+				   trace_context_parse(m->traceparent, strlen(m->traceparent), &m->trace) == NULL;
 }
 
 void
@@ -224,6 +269,21 @@ is_too_large(rd_kafka_resp_err_t err)
 		   err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
+/*
+ * The record's trace context travels with every copy, so each attempt of every step, and
+ * a dead letter and its replay, continue the record's trace. Its names are the record's,
+ * not the hand-off's own: a record brings them.
+ */
+static void
+add_trace_headers(rd_kafka_headers_t *h, const char *traceparent, size_t traceparent_len,
+				  const char *tracestate, size_t tracestate_len)
+{
+	if (traceparent != NULL)
+		rd_kafka_header_add(h, TRACEPARENT_HEADER, -1, traceparent, (ssize_t) traceparent_len);
+	if (tracestate != NULL)
+		rd_kafka_header_add(h, TRACESTATE_HEADER, -1, tracestate, (ssize_t) tracestate_len);
+}
+
 static void
 add_header(rd_kafka_headers_t *h, const char *name, const char *value)
 {
@@ -240,6 +300,28 @@ header_or_unknown(rd_kafka_headers_t *hdrs, const char *name)
 
 	return header_view(hdrs, name, &value, &len) ? value : "?";
 }
+
+/* The trace id of the record a write copies, from its traceparent header; NULL: none. */
+static const char *
+write_trace_id(rd_kafka_headers_t *hdrs, trace_context *tc)
+{
+	const char *value;
+	size_t len;
+
+	if (!header_view(hdrs, TRACEPARENT_HEADER, &value, &len) ||
+		trace_context_parse(value, len, tc) != NULL)
+		return NULL;
+	return tc->trace_id;
+}
+
+/* A log line about the record a write copies (log_record's fields), from its headers. */
+#define log_write(level, w, ...)                                                                   \
+	do                                                                                             \
+	{                                                                                              \
+		trace_context tc_;                                                                         \
+		log_record(level, header_or_unknown((w)->headers, "source-topic"), (w)->key,               \
+				   write_trace_id((w)->headers, &tc_), __VA_ARGS__);                               \
+	} while (0)
 
 /*
  * Kafka will never take this copy (the payload and our headers are over the topic's
@@ -265,6 +347,14 @@ refer_to_dlq(handoff_producer *p, pending_write *w, rd_kafka_resp_err_t err)
 		if (header_view(w->headers, kept[i], &value, &len))
 			rd_kafka_header_add(h, kept[i], -1, value, (ssize_t) len);
 	}
+	{
+		const char *tp = NULL, *ts = NULL;
+		size_t tp_len = 0, ts_len = 0;
+
+		header_view(w->headers, TRACEPARENT_HEADER, &tp, &tp_len);
+		header_view(w->headers, TRACESTATE_HEADER, &ts, &ts_len);
+		add_trace_headers(h, tp, tp_len, ts, ts_len);
+	}
 	snprintf(
 		error, sizeof(error),
 		"Kafka refused the hand-off to %s as too large (%s, %zu bytes of payload); sent to the "
@@ -276,9 +366,10 @@ refer_to_dlq(handoff_producer *p, pending_write *w, rd_kafka_resp_err_t err)
 		header_or_unknown(w->headers, "source-offset"), header_or_unknown(w->headers, "outbox-id"));
 	add_header(h, "last-error", error);
 	add_header(h, "payload-omitted", "true");
-	log_warn("event=handoff_too_large topic=%s key=%s bytes=%zu error=\"%s\" msg=\"sent to the DLQ "
-			 "by reference, payload omitted\"",
-			 w->topic, w->key, w->payload_len, rd_kafka_err2str(err));
+	log_write(LOG_WARN, w,
+			  "event=handoff_too_large to=%s bytes=%zu error=\"%s\" msg=\"sent to the DLQ by "
+			  "reference, payload omitted\"",
+			  w->topic, w->payload_len, rd_kafka_err2str(err));
 	metric_add(p->too_large, 1, NULL);
 
 	rd_kafka_headers_destroy(w->headers);
@@ -305,8 +396,8 @@ send_again(handoff_producer *p, pending_write *w, rd_kafka_resp_err_t err, const
 	}
 	else
 	{
-		log_warn("event=%s topic=%s key=%s error=\"%s\" msg=\"trying again\"", event, w->topic,
-				 w->key, rd_kafka_err2str(err));
+		log_write(LOG_WARN, w, "event=%s to=%s error=\"%s\" msg=\"trying again\"", event, w->topic,
+				  rd_kafka_err2str(err));
 		w->resend_at_ms = now_ms() + RESEND_PAUSE_MS;
 	}
 	w->next = p->to_resend;
@@ -519,6 +610,8 @@ handoff_send(handoff_producer *p, const control_plane_config *config,
 		add_header(w->headers, "not-before", number);
 	}
 	add_header(w->headers, "last-error", error);
+	add_trace_headers(w->headers, m->traceparent, m->traceparent ? strlen(m->traceparent) : 0,
+					  m->tracestate, m->tracestate ? strlen(m->tracestate) : 0);
 	p->pending++;
 	metric_add(p->pending_gauge, 1, NULL);
 	produce(p, w);

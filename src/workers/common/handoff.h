@@ -6,7 +6,8 @@
  * unchanged and carries, as headers: the source topic, partition and offset, the
  * idempotency key, the destination, the attempt, when it entered the step, the jitter
  * drawn for that step, the earliest time to try again (from Retry-After), and the last
- * error, next to the record's own headers (content type, outbox id, created-at).
+ * error, next to the record's own headers (content type, outbox id, created-at, and its
+ * trace context: traceparent and tracestate).
  * Retry steps are partitioned by destination: each destination owns its retry_partition.
  */
 #ifndef WAL_HANDOFF_H
@@ -19,7 +20,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "control_plane.h"
+#include "log.h"
 #include "options.h"
+#include "shared/trace_context.h"
 
 typedef enum
 {
@@ -39,6 +42,10 @@ typedef struct handoff_message
 	char *content_type;
 	char *outbox_id;
 	char *created_at;
+	char *traceparent; /* the record's trace context as its headers hold it; NULL: none */
+	char *tracestate;
+	bool has_trace; /* traceparent is valid: trace holds it (handoff_message_read_trace) */
+	trace_context trace;
 	char *payload; /* payload_len bytes (NUL-terminated when from Kafka) */
 	size_t payload_len;
 	void *owner; /* the caller's, untouched here */
@@ -56,6 +63,20 @@ char *kafka_header_value(const rd_kafka_message_t *rkm, const char *name);
  */
 void handoff_message_from_kafka(handoff_message *m, const rd_kafka_message_t *rkm,
 								bool origin_from_headers);
+/* Reads m->traceparent into m->trace and m->has_trace (from_kafka does it itself). */
+void handoff_message_read_trace(handoff_message *m);
+
+/* The record's trace id for log lines, NULL when it has none. */
+static inline const char *
+handoff_trace_id(const handoff_message *m)
+{
+	return m->has_trace ? m->trace.trace_id : NULL;
+}
+
+/* A log line about the record m: its topic, key and trace id (log_record) follow the fields. */
+#define log_message(level, m, ...)                                                                 \
+	log_record(level, (m)->source_topic, (m)->idempotency_key, handoff_trace_id(m), __VA_ARGS__)
+
 /* Frees what handoff_message_from_kafka allocated. */
 void handoff_message_clear(handoff_message *m);
 const char *handoff_target_name(handoff_target target);

@@ -316,8 +316,37 @@ format_event(line_buffer *out, const char *fmt, va_list ap_in)
 	out->buf[out->len] = '\0';
 }
 
+/* A record's fields (see log_record_event), after what the format wrote. */
+typedef struct record_fields
+{
+	const char *topic;
+	const char *key;
+	const char *trace_id;
+} record_fields;
+
 static void
-log_vwrite(log_level level, const char *file, int line, const char *fmt, va_list ap)
+put_field(line_buffer *out, const char *name, const char *value)
+{
+	put_char(out, ' ');
+	put_text(out, name, strlen(name));
+	put_char(out, '=');
+	put_string_value(out, value, value ? strlen(value) : 0, false);
+}
+
+static void
+put_record_fields(line_buffer *out, const record_fields *r)
+{
+	put_field(out, "topic", r->topic);
+	put_field(out, "key", r->key);
+	if (r->trace_id != NULL)
+		put_field(out, "trace_id", r->trace_id);
+	close_open_quote(out);
+	out->buf[out->len] = '\0';
+}
+
+static void
+log_vwrite(log_level level, const char *file, int line, const record_fields *r, const char *fmt,
+		   va_list ap)
 {
 	struct timespec now;
 	struct tm tm;
@@ -329,6 +358,8 @@ log_vwrite(log_level level, const char *file, int line, const char *fmt, va_list
 	gmtime_r(&now.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
 	format_event(&out, fmt, ap);
+	if (r != NULL)
+		put_record_fields(&out, r);
 
 	/* One fprintf per line keeps lines whole when threads log at once. */
 	if (level >= LOG_WARN)
@@ -347,7 +378,21 @@ log_event(log_level level, const char *file, int line, const char *fmt, ...)
 	if (level < log_min_level)
 		return;
 	va_start(ap, fmt);
-	log_vwrite(level, file, line, fmt, ap);
+	log_vwrite(level, file, line, NULL, fmt, ap);
+	va_end(ap);
+}
+
+void
+log_record_event(log_level level, const char *file, int line, const char *topic, const char *key,
+				 const char *trace_id, const char *fmt, ...)
+{
+	record_fields r = {topic, key, trace_id};
+	va_list ap;
+
+	if (level < log_min_level)
+		return;
+	va_start(ap, fmt);
+	log_vwrite(level, file, line, &r, fmt, ap);
 	va_end(ap);
 }
 
@@ -357,7 +402,7 @@ log_fatal(const char *file, int line, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	log_vwrite(LOG_ERROR, file, line, fmt, ap);
+	log_vwrite(LOG_ERROR, file, line, NULL, fmt, ap);
 	va_end(ap);
 	exit(1);
 }

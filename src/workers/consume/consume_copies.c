@@ -22,6 +22,8 @@ typedef struct record_copy
 	const char *destination; /* in the shared record's allocation */
 	dedupe_pair dedupe;
 	shared_record *shared;
+	/* The span of the copy's attempt (delivery_request): on_http_done has its answer. */
+	delivery_trace attempt_trace;
 } record_copy;
 
 /*
@@ -78,9 +80,8 @@ hand_off(consumer_state *st, record_copy *copy, handoff_target target, const cha
 	const char *labels[] = {copy->destination, handoff_target_name(target)};
 
 	metric_add(st->failures, 1, labels);
-	log_info("event=hand_off destination=%s topic=%s key=%s to=%s error=\"%s\"", copy->destination,
-			 copy->shared->msg.source_topic, copy->shared->msg.idempotency_key,
-			 handoff_target_name(target), error);
+	log_message(LOG_INFO, &copy->shared->msg, "event=hand_off destination=%s to=%s error=\"%s\"",
+				copy->destination, handoff_target_name(target), error);
 	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination,
 				 &copy->shared->msg, target, 1, error, not_before_s, copy);
 }
@@ -135,9 +136,9 @@ on_http_done(void *opaque, const http_result *result)
 
 		metric_add(st->delivered, 1, labels);
 		dedupe_remember_pair(st->dedupe, copy->dedupe, now_ms());
-		log_debug("event=delivered destination=%s topic=%s key=%s status=%ld ms=%ld",
-				  copy->destination, copy->shared->msg.source_topic,
-				  copy->shared->msg.idempotency_key, result->http_status, result->elapsed_ms);
+		log_message(LOG_DEBUG, &copy->shared->msg,
+					"event=delivered destination=%s status=%ld ms=%ld", copy->destination,
+					result->http_status, result->elapsed_ms);
 		copy_done(st, copy);
 		return;
 	}
@@ -174,7 +175,7 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 				 "signing secret unavailable: config came from a peer", -1);
 		return;
 	}
-	req = delivery_request(d, &copy->shared->msg, 1, &headers);
+	req = delivery_request(d, &copy->shared->msg, 1, &copy->attempt_trace, &headers);
 	req.body_borrowed = true; /* the shared record outlives the request */
 	submitted = http_engine_submit(st->http, &req, on_http_done, copy);
 	header_lines_release(&headers);

@@ -230,7 +230,8 @@ replay_requested(dlq_state *st)
 		return;
 	st->next_replay_check_ms = now_ms() + REPLAY_CHECK_MS;
 	res = PQexec(st->db, "SELECT id, topic, idempotency_key, destination, outbox_id, "
-						 "content_type, payload FROM wal_delivery.dead_letters_to_replay(100)");
+						 "content_type, payload, traceparent, tracestate "
+						 "FROM wal_delivery.dead_letters_to_replay(100)");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		log_error("event=replay_query_failed error=\"%s\"", PQerrorMessage(st->db));
 	for (int r = 0; PQresultStatus(res) == PGRES_TUPLES_OK && r < PQntuples(res); r++)
@@ -246,9 +247,10 @@ replay_requested(dlq_state *st)
 		if (d == NULL)
 		{
 			/* Not in this worker's config yet: its partition is unknown, so wait. */
-			log_warn("event=replay_waiting id=%" PRId64 " destination=%s msg=\"destination not in "
-					 "the published config yet\"",
-					 id, PQgetvalue(res, r, 3));
+			log_record(LOG_WARN, PQgetvalue(res, r, 1), PQgetvalue(res, r, 2), NULL,
+					   "event=replay_waiting id=%" PRId64 " destination=%s msg=\"destination not "
+					   "in the published config yet\"",
+					   id, PQgetvalue(res, r, 3));
 			continue;
 		}
 		payload = PQunescapeBytea((const unsigned char *) PQgetvalue(res, r, 6), &len);
@@ -260,6 +262,10 @@ replay_requested(dlq_state *st)
 		m.content_type = PQgetisnull(res, r, 5) ? NULL : PQgetvalue(res, r, 5);
 		m.payload = (char *) payload;
 		m.payload_len = len;
+		/* The replay continues the record's trace: its attempts are spans of it too. */
+		m.traceparent = PQgetisnull(res, r, 7) ? NULL : PQgetvalue(res, r, 7);
+		m.tracestate = PQgetisnull(res, r, 8) ? NULL : PQgetvalue(res, r, 8);
+		handoff_message_read_trace(&m);
 		st->replaying[st->n_replaying++] = id;
 		handoff_send(st->replays, config, d, d->name, &m, HANDOFF_RETRY_STEP_1, 1,
 					 "replayed from dead_letters", -1, (void *) (intptr_t) id);

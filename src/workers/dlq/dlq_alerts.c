@@ -16,6 +16,7 @@
 
 #include "common/db_connect.h"
 #include "common/log.h"
+#include "shared/trace_context.h"
 #include "common/metrics.h"
 
 #define ALERT_CHECK_MS   1000 /* looking for dead letters still to alert */
@@ -81,15 +82,18 @@ post_alert(dlq_alerts *a, const char *url, const char *body)
 static bool
 raise_alert(dlq_alerts *a, const char *url, PGresult *res, int row)
 {
-	const char *v[6];
+	const char *v[7];
 	json_t *body;
 	char *text;
 	bool ok = true;
+	trace_context tc;
 
-	for (int c = 0; c < 6; c++)
+	for (int c = 0; c < 7; c++)
 		v[c] = PQgetisnull(res, row, c) ? NULL : PQgetvalue(res, row, c);
-	log_warn("event=dead_letter id=%s origin=%s topic=%s key=%s destination=%s error=\"%s\"", v[0],
-			 v[1], v[2] ? v[2] : "", v[3] ? v[3] : "", v[4] ? v[4] : "", v[5] ? v[5] : "");
+	log_record(LOG_WARN, v[2] ? v[2] : "", v[3] ? v[3] : "",
+			   v[6] && trace_context_parse(v[6], strlen(v[6]), &tc) == NULL ? tc.trace_id : NULL,
+			   "event=dead_letter id=%s origin=%s destination=%s error=\"%s\"", v[0], v[1],
+			   v[4] ? v[4] : "", v[5] ? v[5] : "");
 	if (url != NULL)
 	{
 		body = json_pack("{s:s, s:I, s:s, s:s?, s:s?, s:s?, s:s?}", "event", "dead_letter", "id",
@@ -133,8 +137,8 @@ alert_pending(dlq_alerts *a)
 	pthread_mutex_lock(&a->lock);
 	url = a->url ? strdup(a->url) : NULL;
 	pthread_mutex_unlock(&a->lock);
-	res = PQexec(a->db, "SELECT id, origin, topic, idempotency_key, destination, last_error "
-						"FROM wal_delivery.dead_letters_to_alert(100)");
+	res = PQexec(a->db, "SELECT id, origin, topic, idempotency_key, destination, last_error, "
+						"traceparent FROM wal_delivery.dead_letters_to_alert(100)");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		log_error("event=alert_query_failed error=\"%s\"", PQerrorMessage(a->db));

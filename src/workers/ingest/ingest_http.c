@@ -51,8 +51,12 @@
 
 /* The headers a record takes one value of: a request with two of one is refused. */
 static const char *const single_headers[] = {MHD_HTTP_HEADER_AUTHORIZATION,
-											 MHD_HTTP_HEADER_CONTENT_TYPE, "Idempotency-Key",
-											 "X-Wal-Key", NULL};
+											 MHD_HTTP_HEADER_CONTENT_TYPE,
+											 "Idempotency-Key",
+											 "X-Wal-Key",
+											 "traceparent",
+											 "tracestate",
+											 NULL};
 
 struct ingest_http
 {

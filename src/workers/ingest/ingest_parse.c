@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "common/log.h"
+#include "shared/trace_context.h"
 
 #define HEADER_PREFIX     "X-Wal-Header-"
 #define HEADER_PREFIX_LEN (sizeof(HEADER_PREFIX) - 1)
@@ -47,6 +48,66 @@ header(ingest_request *req, const char *name, const char **value, size_t *len)
 		   *value != NULL;
 }
 
+/* The request's trace context (its traceparent and tracestate headers), for its records. */
+typedef struct request_trace
+{
+	const char *traceparent; /* NULL: the request has none */
+	size_t traceparent_len;
+	const char *tracestate; /* NULL: none */
+	size_t tracestate_len;
+} request_trace;
+
+/*
+ * Reads the request's trace context; false, answered 400 naming the problem, when a header
+ * cannot be read (a repeated one was refused before: ingest_http.c's single_headers).
+ */
+static bool
+read_request_trace(ingest_request *req, request_trace *t)
+{
+	trace_context tc;
+	const char *problem = NULL;
+
+	memset(t, 0, sizeof(*t));
+	if (header(req, TRACEPARENT_HEADER, &t->traceparent, &t->traceparent_len))
+		problem = trace_context_parse(t->traceparent, t->traceparent_len, &tc);
+	else
+		t->traceparent = NULL;
+	if (problem == NULL && header(req, TRACESTATE_HEADER, &t->tracestate, &t->tracestate_len))
+		problem = tracestate_check(t->tracestate, t->tracestate_len);
+	else if (problem == NULL)
+		t->tracestate = NULL;
+	if (problem == NULL)
+		return true;
+	ingest_request_fail(req, 400, "bad_request",
+						"the request's %s header: %s (W3C Trace Context, for example "
+						"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01)",
+						t->tracestate ? TRACESTATE_HEADER : TRACEPARENT_HEADER, problem);
+	return false;
+}
+
+static bool
+has_header(const ingest_record *r, const char *name)
+{
+	/* ingest_record_add_header keeps names lowercase. */
+	for (int i = 0; i < r->n_headers; i++)
+		if (strcmp(r->header_names[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* The request's context into a record that brings no traceparent of its own. */
+static void
+take_request_trace(ingest_record *r, const request_trace *t)
+{
+	if (t->traceparent == NULL || has_header(r, TRACEPARENT_HEADER))
+		return;
+	ingest_record_add_header(r, TRACEPARENT_HEADER, strlen(TRACEPARENT_HEADER), t->traceparent,
+							 t->traceparent_len);
+	if (t->tracestate != NULL && !has_header(r, TRACESTATE_HEADER))
+		ingest_record_add_header(r, TRACESTATE_HEADER, strlen(TRACESTATE_HEADER), t->tracestate,
+								 t->tracestate_len);
+}
+
 /* The answer to a record the contract refused; prefix says where (a batch's line). */
 static void
 refuse_record(ingest_request *req, const char *prefix, const record_problem *p)
@@ -69,11 +130,15 @@ set_topic(ingest_record *r, const ingest_topic *topic)
 bool
 ingest_parse_single(ingest_request *req)
 {
-	ingest_record *r = ingest_record_new();
+	ingest_record *r;
 	record_problem problem;
 	const char *value;
 	size_t len;
+	request_trace trace;
 
+	if (!read_request_trace(req, &trace))
+		return false;
+	r = ingest_record_new();
 	set_topic(r, req->topic);
 	r->payload = req->body ? req->body : must_strndup("", 0);
 	r->payload_len = req->body_len;
@@ -89,6 +154,7 @@ ingest_parse_single(ingest_request *req)
 	if (header(req, "X-Wal-Key", &value, &len))
 		ingest_record_set_message_key(r, value, len);
 	MHD_get_connection_values_n(req->connection, MHD_HEADER_KIND, take_header, r);
+	take_request_trace(r, &trace);
 	if (!ingest_record_check(r, req->topic->record_limit, &problem))
 	{
 		refuse_record(req, "", &problem);
@@ -150,7 +216,8 @@ bad_line(record_problem *p, const char *field, const char *message)
 
 /* One NDJSON line into a record; false with the problem. */
 static bool
-parse_line(ingest_request *req, json_t *line, ingest_record *r, record_problem *p)
+parse_line(ingest_request *req, const request_trace *trace, json_t *line, ingest_record *r,
+		   record_problem *p)
 {
 	json_t *value = json_object_get(line, "value");
 	json_t *b64 = json_object_get(line, "value_base64");
@@ -220,6 +287,7 @@ parse_line(ingest_request *req, json_t *line, ingest_record *r, record_problem *
 		ingest_record_add_header(r, name, strlen(name), json_string_value(hv),
 								 json_string_length(hv));
 	}
+	take_request_trace(r, trace);
 	return ingest_record_check(r, req->topic->record_limit, p);
 }
 
@@ -231,8 +299,10 @@ ingest_parse_batch(ingest_request *req)
 	int line_no = 0;
 	ingest_record **records = NULL;
 	int n = 0;
-	bool ok = true;
+	bool ok;
+	request_trace trace;
 
+	ok = read_request_trace(req, &trace);
 	while (ok && p < end)
 	{
 		const char *nl = memchr(p, '\n', (size_t) (end - p));
@@ -265,7 +335,7 @@ ingest_parse_batch(ingest_request *req)
 			break;
 		}
 		r = ingest_record_new();
-		if (!parse_line(req, line, r, &problem))
+		if (!parse_line(req, &trace, line, r, &problem))
 		{
 			char where[32];
 

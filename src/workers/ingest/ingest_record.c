@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "common/random_bytes.h"
 #include "ingest/ingest_request.h"
 
 static void *
@@ -68,36 +68,6 @@ ingest_record_release(ingest_record *r)
 	}
 	free(r->error_message);
 	free(r);
-}
-
-/*
- * Random bytes from the kernel (getrandom), drawn from a per-thread pool so that a key
- * costs a memcpy, not a system call (RAND_bytes was 8% of the server's time under load).
- */
-static void
-random_bytes(unsigned char *out, size_t n)
-{
-	static __thread unsigned char pool[4096];
-	static __thread size_t left;
-
-	if (left < n)
-	{
-		size_t got = 0;
-
-		while (got < sizeof(pool))
-		{
-			ssize_t k = getrandom(pool + got, sizeof(pool) - got, 0);
-
-			if (k < 0 && errno != EINTR)
-				fatal("event=random_failed msg=\"cannot generate an idempotency key\" error=\"%s\"",
-					  strerror(errno));
-			if (k > 0)
-				got += (size_t) k;
-		}
-		left = sizeof(pool);
-	}
-	memcpy(out, pool + sizeof(pool) - left, n);
-	left -= n;
 }
 
 void

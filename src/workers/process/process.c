@@ -171,28 +171,29 @@ report_outcome(process_state *st, const attempt_result *r)
 	{
 		case OUTCOME_PROCESSED:
 			metric_add(st->processed, 1, labels);
-			log_debug("event=processed id=%" PRId64 " topic=%s attempt=%d", row->id, row->topic,
-					  row->attempts);
+			log_row(LOG_DEBUG, row, "event=processed id=%" PRId64 " attempt=%d", row->id,
+					row->attempts);
 			break;
 		case OUTCOME_FAILED:
 		case OUTCOME_DEAD:
 			metric_add(st->failed, 1, labels);
 			if (r->outcome == OUTCOME_DEAD)
 				metric_add(st->dead, 1, labels);
-			log_warn("event=processing_failed id=%" PRId64 " topic=%s key=%s attempt=%d "
-					 "error=\"%s\" next=%s",
-					 row->id, row->topic, row->idempotency_key, row->attempts, detail,
-					 r->outcome == OUTCOME_DEAD ? "dead_letters" : "retry_after_backoff");
+			log_row(LOG_WARN, row,
+					"event=processing_failed id=%" PRId64 " attempt=%d error=\"%s\" next=%s",
+					row->id, row->attempts, detail,
+					r->outcome == OUTCOME_DEAD ? "dead_letters" : "retry_after_backoff");
 			break;
 		case OUTCOME_REFUSED:
 			metric_add(st->refused, 1, labels);
-			log_warn("event=result_refused id=%" PRId64 " topic=%s attempt=%d detail=\"%s\" "
-					 "msg=\"nothing written; the row's current holder writes its result\"",
-					 row->id, row->topic, row->attempts, detail);
+			log_row(LOG_WARN, row,
+					"event=result_refused id=%" PRId64 " attempt=%d detail=\"%s\" msg=\"nothing "
+					"written; the row's current holder writes its result\"",
+					row->id, row->attempts, detail);
 			break;
 		case OUTCOME_RELEASED:
 			metric_add(st->released, 1, NULL);
-			log_debug("event=released id=%" PRId64 " topic=%s", row->id, row->topic);
+			log_row(LOG_DEBUG, row, "event=released id=%" PRId64, row->id);
 			break;
 		case OUTCOME_UNKNOWN:
 			break; /* the failed call was logged; the lease expiry returns the row */

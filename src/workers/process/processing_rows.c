@@ -86,7 +86,9 @@ claim_rows_to_process(PGconn *db, int max_rows, processor_kind kind, claimed_row
 	res = PQexecParams(db,
 					   "SELECT id, lease_token, attempts, lease_ms_left, processing_timeout_ms,"
 					   " processor_kind, topic, idempotency_key, content_type, processor, payload,"
-					   " processing_lease_ms, max_payload_bytes"
+					   " processing_lease_ms, max_payload_bytes,"
+					   " (SELECT value FROM jsonb_each_text(headers)"
+					   "   WHERE lower(key) = 'traceparent' LIMIT 1)"
 					   " FROM wal_delivery.claim_for_processor($1, $2)",
 					   2, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -116,6 +118,9 @@ claim_rows_to_process(PGconn *db, int max_rows, processor_kind kind, claimed_row
 		r->processor = xstrdup(PQgetvalue(res, i, 9));
 		r->lease_ms = strtol(PQgetvalue(res, i, 11), NULL, 10);
 		r->max_payload_bytes = strtol(PQgetvalue(res, i, 12), NULL, 10);
+		r->has_trace = !PQgetisnull(res, i, 13) &&
+					   trace_context_parse(PQgetvalue(res, i, 13), (size_t) PQgetlength(res, i, 13),
+										   &r->trace) == NULL;
 		raw = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 10), &r->payload_len);
 		if (raw == NULL)
 			fatal("event=out_of_memory");
@@ -304,10 +309,11 @@ run_sql_row(PGconn *db, attempt_result *r)
 		r->timed_out = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
 	}
 	else
-		log_error("event=sql_processor_failed id=%" PRId64 " topic=%s error=\"%s\" msg=\"the "
-				  "batch is rolled back; its other rows are released without spending an "
-				  "attempt, this one waits for its lease\"",
-				  r->row->id, r->row->topic, first_line(db));
+		log_row(LOG_ERROR, r->row,
+				"event=sql_processor_failed id=%" PRId64 " error=\"%s\" msg=\"the batch is "
+				"rolled back; its other rows are released without spending an attempt, this "
+				"one waits for its lease\"",
+				r->row->id, first_line(db));
 	PQclear(res);
 	return ok;
 }

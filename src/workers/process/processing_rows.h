@@ -19,6 +19,9 @@
 
 #include <libpq-fe.h>
 
+#include "common/log.h"
+#include "shared/trace_context.h"
+
 typedef enum
 {
 	PROCESSOR_SQL,
@@ -41,7 +44,14 @@ typedef struct claimed_row
 	char *processor; /* function name or URL */
 	char *payload;
 	size_t payload_len;
+	bool has_trace; /* the record's traceparent header is valid: trace holds it */
+	trace_context trace;
 } claimed_row;
+
+/* A log line about a claimed row's record: its topic, key and trace id (log_record). */
+#define log_row(level, row, ...)                                                                   \
+	log_record(level, (row)->topic, (row)->idempotency_key,                                        \
+			   (row)->has_trace ? (row)->trace.trace_id : NULL, __VA_ARGS__)
 
 typedef enum
 {

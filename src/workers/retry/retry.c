@@ -84,9 +84,10 @@ on_message(retry_state *st, const rd_kafka_message_t *rkm)
 		return;
 	}
 	if (q->m.clock_jump)
-		log_warn("event=clock_jump topic=%s partition=%d offset=%" PRId64
-				 " msg=\"entered its step in the future beyond any delay; due now\"",
-				 topic, rkm->partition, rkm->offset);
+		log_message(LOG_WARN, &q->m.msg,
+					"event=clock_jump from=%s partition=%d offset=%" PRId64
+					" msg=\"entered its step in the future beyond any delay; due now\"",
+					topic, rkm->partition, rkm->offset);
 	lane_push_tail(l, q);
 }
 
@@ -200,8 +201,7 @@ probe_paused(retry_state *st)
 		ds->next_probe_try_ms = now_ms() + 500;
 		if (!pause_state_claim_probe(st->pauses, d->name, d->timeout_ms + PROBE_LEASE_SLACK_MS))
 			continue;
-		log_warn("event=probe destination=%s step=%d key=%s", d->name, l->step,
-				 q->m.msg.idempotency_key);
+		log_message(LOG_WARN, &q->m.msg, "event=probe destination=%s step=%d", d->name, l->step);
 		ds->probing = true;
 		q->probe = true;
 		deliver_queued(st, ds, d, lane_take(l, prev, q));

@@ -49,9 +49,9 @@ hand_off(retry_state *st, queued *q, handoff_target target, int attempts, long n
 	const char *labels[] = {q->m.destination ? q->m.destination : "", handoff_target_name(target)};
 
 	metric_add(st->handed_off, 1, labels);
-	log_info("event=hand_off destination=%s topic=%s key=%s from=retry.%d to=%s error=\"%s\"",
-			 labels[0], q->m.msg.source_topic, q->m.msg.idempotency_key, q->m.step,
-			 handoff_target_name(target), q->error);
+	log_message(LOG_INFO, &q->m.msg,
+				"event=hand_off destination=%s from=retry.%d to=%s error=\"%s\"", labels[0],
+				q->m.step, handoff_target_name(target), q->error);
 	handoff_send(st->handoff, config, d, q->m.destination, &q->m.msg, target, attempts, q->error,
 				 not_before_s, q);
 }
@@ -148,9 +148,10 @@ on_http_done(void *opaque, const http_result *result)
 			/* Hand this one on first; the pause follows its ack (on_handed_off). */
 			ds->pausing = true;
 			q->pause_after_handoff = true;
-			log_warn("event=pause_tripped destination=%s step=%d consecutive_failures=%d "
-					 "error=\"%s\"",
-					 ds->name, q->m.step, ss->consecutive_failures, q->error);
+			log_message(LOG_WARN, &q->m.msg,
+						"event=pause_tripped destination=%s step=%d consecutive_failures=%d "
+						"error=\"%s\"",
+						ds->name, q->m.step, ss->consecutive_failures, q->error);
 		}
 		hand_off(st, q, next_step(q->m.step), q->m.attempt + 1,
 				 parse_retry_after(result->retry_after, time(NULL)));
@@ -172,7 +173,7 @@ deliver_queued(retry_state *st, dest_state *ds, const destination_config *d, que
 		hand_off(st, q, HANDOFF_DLQ, q->m.attempt, -1);
 		return;
 	}
-	req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &headers);
+	req = delivery_request(d, &q->m.msg, q->m.attempt + 1, &q->attempt_trace, &headers);
 	if (ds->window < d->max_in_flight)
 		req.max_in_flight = ds->window;
 	q->m.msg.owner = st;
@@ -194,9 +195,10 @@ void
 send_bad_to_dlq(retry_state *st, queued *q)
 {
 	metric_add(st->bad_messages, 1, NULL);
-	log_warn("event=bad_retry_message topic=%s partition=%d offset=%" PRId64
-			 " reason=\"%s\" msg=\"sending it to the DLQ\"",
-			 q->lane->topic, q->lane->partition, q->offset, q->m.bad);
+	log_message(LOG_WARN, &q->m.msg,
+				"event=bad_retry_message from=%s partition=%d offset=%" PRId64
+				" reason=\"%s\" msg=\"sending it to the DLQ\"",
+				q->lane->topic, q->lane->partition, q->offset, q->m.bad);
 	snprintf(q->error, sizeof(q->error), "%s", q->m.bad);
 	hand_off(st, q, HANDOFF_DLQ, q->m.attempt, -1);
 }

@@ -14,6 +14,7 @@
 
 #include "common/admin_server.h"
 #include "common/config_watch.h"
+#include "common/delivery_trace.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"
 #include "common/metrics.h"
@@ -34,6 +35,8 @@ typedef struct queued
 	bool probe;               /* the half-open probe */
 	bool pause_after_handoff; /* its failure tripped the pause */
 	char error[256];          /* its last failure */
+	/* The span of its current attempt (delivery_request): on_http_done has its answer. */
+	delivery_trace attempt_trace;
 	struct queued *next;
 } queued;
 
