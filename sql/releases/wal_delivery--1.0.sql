@@ -2255,12 +2255,13 @@ END $$;
 
 -- Rows ready to process (of one kind of processor, or both), each with its lease and its
 -- topic's processor and limits. lease_ms_left is measured by the database's clock, so the
--- worker need not trust its own against it.
+-- worker need not trust its own against it. traceparent is the record's (any case), for
+-- the worker's log lines about it.
 CREATE FUNCTION wal_delivery.claim_for_processor(p_max_rows integer DEFAULT 100, p_kind text DEFAULT NULL)
 RETURNS TABLE (id bigint, topic text, idempotency_key text, content_type text, payload bytea,
                attempts smallint, lease_token bigint, lease_ms_left bigint,
                processor_kind text, processor text, processing_timeout_ms bigint,
-               processing_lease_ms bigint, max_payload_bytes integer)
+               processing_lease_ms bigint, max_payload_bytes integer, traceparent text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_max_rows IS NULL OR p_max_rows < 1 THEN
@@ -2272,7 +2273,8 @@ BEGIN
            greatest(0, (extract(epoch FROM c.lease_until - clock_timestamp()) * 1000))::bigint,
            t.processor_kind, t.processor,
            (extract(epoch FROM t.processing_timeout) * 1000)::bigint,
-           (extract(epoch FROM t.processing_lease) * 1000)::bigint, t.max_payload_bytes
+           (extract(epoch FROM t.processing_lease) * 1000)::bigint, t.max_payload_bytes,
+           (SELECT h.value FROM jsonb_each_text(c.headers) h WHERE lower(h.key) = 'traceparent' LIMIT 1)
       FROM wal_delivery.claim_ready_to_process(p_max_rows, NULL, p_kind) c
       JOIN wal_delivery.topics t ON t.name = c.topic;
 END $$;

@@ -1,7 +1,8 @@
 /*
  * log_check.c: writes events whose values are hostile (line breaks, quotes, a forged
  * "level=error event=forged" field, control bytes) through the workers' logger, plus
- * numbers of every width the workers log; test_log.py reads stderr back.
+ * numbers of every width the workers log, and lines about a record (log_record);
+ * test_log.py reads stderr back.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -42,5 +43,9 @@ main(void)
 				 huge, huge, huge, huge, huge, huge, huge, huge, huge, huge, "end");
 	}
 	log_info("event=plain value=%s", "simple");
+	/* A line about a record: its topic, key and trace id after the event's fields. */
+	log_record(LOG_WARN, "orders.events", forged, "4bf92f3577b34da6a3ce929d0e0e4736",
+			   "event=about_record destination=%s error=\"%s\"", "billing", quote);
+	log_record(LOG_INFO, "orders.events", "k 1", NULL, "event=untraced_record");
 	return 0;
 }

@@ -37,7 +37,7 @@ def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=30)  # fails on bad UTF-8
     assert run.returncode == 0
     lines = run.stderr.splitlines()
-    assert len(lines) == 12, lines
+    assert len(lines) == 14, lines
     events = {}
     for line in lines:
         fields = parse_logfmt(line)
@@ -57,6 +57,13 @@ def test_every_value_is_escaped_and_one_event_is_one_line(tmp_path):
     assert (n["i"], n["l"], n["z"], n["i64"], n["g"], n["f"], n["pct"]) == \
         ("-7", "12345678901", "42", "-9000000000", "0.5", "3", "100%")
     assert events["plain"]["value"] == "simple"
+    # A line about a record ends with its topic, key and trace id, escaped like any value.
+    about = events["about_record"]
+    assert (about["destination"], about["error"]) == ("billing", 'a" event=forged b="')
+    assert (about["topic"], about["key"], about["trace_id"]) == \
+        ("orders.events", "k\nlevel=error event=forged", "4bf92f3577b34da6a3ce929d0e0e4736")
+    untraced = events["untraced_record"]
+    assert (untraced["topic"], untraced["key"]) == ("orders.events", "k 1") and "trace_id" not in untraced
     # Huge values are cut with their length; the line stays whole and parseable.
     huge = events["huge_values"]
     assert huge["a"] == "k" * 512 + "...(19999 bytes)" and huge["b"] == huge["a"]

@@ -14,7 +14,9 @@ import pytest
 
 from conftest import Destination, connect, record_key
 from consumer_helpers import add_destination, wait_published
+from consumer_helpers import Worker
 from ingest_helpers import Ingest, post, send_record, setup_ingest, topics_with_token
+from process_helpers import WORKER_ROLE, ensure_worker_role
 from relay_helpers import make_topic, read_topic, wait_all_stored, wait_until
 from retry_helpers import Fleet, attempt_of, dead_letters, destination_status, wait_breaker
 
@@ -151,6 +153,27 @@ def test_the_probe_of_a_paused_destination_continues_the_trace(tmp_path, fleet, 
         assert all("tracestate" not in r["headers"] for r in attempts), "an empty one is none"
     finally:
         down.stop()
+
+
+def test_a_processed_record_keeps_the_trace_of_its_input(tmp_path, kafka_bootstrap, unique):
+    """A processor's output is the same record (its processed payload): its headers, the
+    trace context with them, reach Kafka with it."""
+    topic, key = f"tc.proc.{unique}", f"processed-{unique}"
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute("CREATE OR REPLACE FUNCTION proc_test.trace_upper(p bytea) RETURNS bytea"
+                     " LANGUAGE sql AS $$SELECT convert_to(upper(convert_from(p, 'UTF8')), 'UTF8')$$")
+        make_topic(conn, topic, processor_kind="sql", processor="proc_test.trace_upper")
+    enqueue_traced(topic, [key])
+    w = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE}")
+    try:
+        with connect() as conn:
+            wait_all_stored(conn, topic, 1)
+        (msg,), = read_topic(kafka_bootstrap, topic, [key]).values()
+        assert msg["value"] == json.dumps({"k": key}).upper().encode()
+        assert msg["headers"]["traceparent"] == PARENT and msg["headers"]["tracestate"] == STATE
+    finally:
+        w.stop()
 
 
 def test_a_record_without_context_sends_no_traceparent(tmp_path, fleet, unique):

@@ -86,9 +86,7 @@ claim_rows_to_process(PGconn *db, int max_rows, processor_kind kind, claimed_row
 	res = PQexecParams(db,
 					   "SELECT id, lease_token, attempts, lease_ms_left, processing_timeout_ms,"
 					   " processor_kind, topic, idempotency_key, content_type, processor, payload,"
-					   " processing_lease_ms, max_payload_bytes,"
-					   " (SELECT value FROM jsonb_each_text(headers)"
-					   "   WHERE lower(key) = 'traceparent' LIMIT 1)"
+					   " processing_lease_ms, max_payload_bytes, traceparent"
 					   " FROM wal_delivery.claim_for_processor($1, $2)",
 					   2, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
