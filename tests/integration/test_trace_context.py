@@ -176,19 +176,30 @@ def test_a_processed_record_keeps_the_trace_of_its_input(tmp_path, kafka_bootstr
         w.stop()
 
 
-def test_a_record_without_context_sends_no_traceparent(tmp_path, fleet, unique):
+def test_a_records_own_context_in_any_case_is_continued_and_none_sends_none(tmp_path, fleet, unique):
     topic, name = f"tc.none.{unique}", f"tc-none-{unique}"
+    own_trace = "0af7651916cd43dd8448eb211c80319c"
     dest = Destination(tmp_path)
     try:
         with connect() as conn:
             make_topic(conn, topic)
             add_destination(conn, name, dest.url + "/n", [topic])
             wait_published(conn)
-        consume, = fleet.start_ready("consume")
+        fleet.start_ready("consume")
         with connect() as conn:
             conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s)", (topic, f"plain-{unique}"))
-        (req,) = dest.wait_for(1, "/n")
-        assert "traceparent" not in req["headers"] and "tracestate" not in req["headers"]
+            # Header names ignore case: the relay writes "TraceParent" as given, and the
+            # consumer reads it as the record's traceparent.
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s, headers => %s)",
+                         (topic, f"own-{unique}",
+                          json.dumps({"TraceParent": f"00-{own_trace}-b7ad6b7169203331-01",
+                                      "TRACESTATE": "k=v"})))
+        got = {record_key(r): r for r in dest.wait_for(2, "/n")}
+        plain = got[f"plain-{unique}"]
+        assert "traceparent" not in plain["headers"] and "tracestate" not in plain["headers"]
+        own = got[f"own-{unique}"]
+        (span,) = spans([own], trace_id=own_trace)
+        assert span != "b7ad6b7169203331" and own["headers"]["tracestate"] == "k=v"
     finally:
         dest.stop()
 
