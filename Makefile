@@ -26,7 +26,7 @@ REGRESS_OPTS = --load-extension=wal_delivery
 # partial initialiser trips.
 PG_CFLAGS  = -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 PG_CPPFLAGS = -Isrc/ext -Isrc -DWAL_DELIVERY_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK = $(RDKAFKA_LIBS) -lcurl -lz
+SHLIB_LINK = $(RDKAFKA_LIBS) -lcurl -ljansson -lz
 
 # PG: the Postgres major version the extension is built for, and the server that the
 # tests, the demo and installcheck run. 15 (the default): the system's pg_config
