@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/options.h"
+#include "common/otlp_exporter.h"
 #include "common/stop_signal.h"
 #include "roles.h"
 
@@ -73,7 +74,11 @@ main(int argc, char **argv)
 	if (opts.verbose)
 		log_set_min_level(LOG_DEBUG);
 
+	/* Before the role starts any thread: the exporter's start initialises libcurl. */
+	if (opts.otlp_endpoint != NULL && !otlp_exporter_start(opts.otlp_endpoint, opts.role))
+		return 1;
 	rc = run_role(&opts);
+	otlp_exporter_stop();
 	/* A failure that stopped the role (stop_with_failure) outranks a clean stop's 0. */
 	return stop_exit_status != 0 ? stop_exit_status : rc;
 }

@@ -3,6 +3,8 @@
  */
 #include "options.h"
 
+#include "shared/otlp_span.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -103,6 +105,9 @@ static const char common_help[] =
 	"                       for its cached config when the database is unreachable\n"
 	"                       (repeatable), e.g. --peer http://10.0.0.7:9400; sends\n"
 	"                       WAL_PEER_TOKEN from the environment as its bearer token\n"
+	"  --otlp-endpoint URL  export a span per delivery attempt of a sampled trace over\n"
+	"                       OTLP/HTTP to URL/v1/traces, e.g. http://127.0.0.1:4318\n"
+	"                       (default: no export)\n"
 	"  --time-scale N       run every delay, pause and probe interval N times faster\n"
 	"                       (tests use 10; default 1)\n"
 	"  -v, --verbose        log debug events too\n"
@@ -165,7 +170,8 @@ enum
 	OPT_BEHIND_TLS,
 	OPT_SESSION_IDLE,
 	OPT_SESSION_MAX_AGE,
-	OPT_MAX_SESSIONS
+	OPT_MAX_SESSIONS,
+	OPT_OTLP_ENDPOINT
 };
 
 /* A console-only number option in [min, max]; 0 and *out set, or a usage error's code. */
@@ -211,6 +217,7 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 		{"session-idle", required_argument, NULL, OPT_SESSION_IDLE},
 		{"session-max-age", required_argument, NULL, OPT_SESSION_MAX_AGE},
 		{"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
+		{"otlp-endpoint", required_argument, NULL, OPT_OTLP_ENDPOINT},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -331,6 +338,16 @@ parse_worker_options(int argc, char **argv, worker_options *opts, bool *help_req
 					return usage_error(role, "--kafka-deadline must be 1 to 600000 ms, got '%s'",
 									   optarg);
 				break;
+			case OPT_OTLP_ENDPOINT:
+			{
+				char url[OTLP_URL_MAX];
+				const char *problem = otlp_traces_url(optarg, url);
+
+				if (problem != NULL)
+					return usage_error(role, "--otlp-endpoint: %s", problem);
+				opts->otlp_endpoint = optarg;
+				break;
+			}
 			case 'v':
 				opts->verbose = true;
 				break;

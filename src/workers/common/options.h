@@ -34,12 +34,13 @@ typedef struct
 	const char *peers[MAX_PEERS]; /* --peer URL: where to fetch config when the db is down */
 	int n_kafka_props;
 	kafka_prop kafka_props[MAX_KAFKA_PROPS];
-	const char *listen;    /* ingest, console --listen ADDRESS:PORT; NULL: the role's default */
-	int kafka_deadline_ms; /* ingest --kafka-deadline MS; 0: 1000 */
-	bool behind_tls;       /* console --behind-tls: session cookies say Secure */
-	int session_idle_s;    /* console --session-idle SECONDS; 0: 1800 */
-	int session_max_age_s; /* console --session-max-age SECONDS; 0: 43200 */
-	int max_sessions;      /* console --max-sessions N; 0: 64 */
+	const char *listen;        /* ingest, console --listen ADDRESS:PORT; NULL: the role's default */
+	int kafka_deadline_ms;     /* ingest --kafka-deadline MS; 0: 1000 */
+	bool behind_tls;           /* console --behind-tls: session cookies say Secure */
+	int session_idle_s;        /* console --session-idle SECONDS; 0: 1800 */
+	int session_max_age_s;     /* console --session-max-age SECONDS; 0: 43200 */
+	int max_sessions;          /* console --max-sessions N; 0: 64 */
+	const char *otlp_endpoint; /* --otlp-endpoint URL: export spans there; NULL: off */
 } worker_options;
 
 /* Returns 0 and fills opts, or prints what is wrong and returns the exit code to use. */
