@@ -17,6 +17,16 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_wakeups';
 CREATE FUNCTION wal_delivery.relay_passes(OUT passes bigint, OUT lanes_read bigint)
 LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_passes';
 
+-- What became of the relays' spans since the server started (wal_delivery.otlp_endpoint):
+-- accepted by the collector, or dropped because the relay's buffer was full, the
+-- collector failed or did not answer in time, or the relay stopped or the endpoint changed
+-- before they were sent; and the export requests that failed. A down collector shows here,
+-- never as a slower relay.
+CREATE FUNCTION wal_delivery.relay_span_export(OUT spans_exported bigint,
+    OUT spans_dropped_buffer_full bigint, OUT spans_dropped_export_failed bigint,
+    OUT spans_dropped_discarded bigint, OUT export_requests_failed bigint)
+LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_span_export';
+
 -- The relay claim. Rows ready to ship to Kafka: plain pending rows and processed rows,
 -- oldest first. They stay locked (FOR UPDATE SKIP LOCKED) until the caller's transaction
 -- ends, so relays side by side never take the same row and a crashed relay leaves them

@@ -6,6 +6,8 @@
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -21,6 +23,8 @@ static rd_kafka_t *producer_all = NULL;
 static rd_kafka_t *producer_leader = NULL;
 static int deliveries_waiting = 0;
 
+bool kafka_report_details = false;
+
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
@@ -29,6 +33,15 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 	delivery->reported = true;
 	delivery->err = msg->err;
 	delivery->status = rd_kafka_message_status(msg);
+	if (kafka_report_details)
+	{
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		delivery->partition = msg->partition;
+		delivery->offset = msg->offset;
+		delivery->reported_unix_ns = (int64) now.tv_sec * 1000000000 + now.tv_nsec;
+	}
 	deliveries_waiting--;
 }
 

@@ -17,7 +17,17 @@ typedef struct KafkaDelivery
 	bool reported;
 	rd_kafka_resp_err_t err;
 	rd_kafka_msg_status_t status; /* only PERSISTED counts as stored */
+	/* Only while kafka_report_details is on (spans are exported): */
+	int32 partition;
+	int64 offset;
+	int64 reported_unix_ns; /* when the report arrived */
 } KafkaDelivery;
+
+/*
+ * Whether delivery reports keep the partition, offset and time of each record (for the
+ * relay's spans); off, a report costs nothing more than its verdict.
+ */
+extern bool kafka_report_details;
 
 typedef struct KafkaRecord
 {

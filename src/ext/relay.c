@@ -28,6 +28,7 @@
 #include "failing_topics.h"
 #include "kafka_producer.h"
 #include "maintenance.h"
+#include "otlp_sender.h"
 #include "relay.h"
 #include "relay_lanes.h"
 #include "relay_rows.h"
@@ -135,6 +136,14 @@ ensure_producers(void)
 	return true;
 }
 
+/* Span export follows wal_delivery.otlp_endpoint; reports keep their details only for it. */
+static void
+configure_spans(void)
+{
+	otlp_sender_configure(otlp_endpoint);
+	kafka_report_details = otlp_sender_enabled;
+}
+
 /* SIGHUP: read the settings again. */
 static void
 reload_settings_if_asked(void)
@@ -143,6 +152,7 @@ reload_settings_if_asked(void)
 		return;
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
+	configure_spans();
 	/* Kafka settings may have changed: build the producers again. */
 	kafka_producers_destroy(relay_shutdown_flush_ms);
 	read_all_next = true;
@@ -228,20 +238,33 @@ maintain_when_due(int slot, const PassResult *pass, TimestampTz *next_maintenanc
 /*
  * Sleeps up to wait_ms; a commit's wal_enqueue (relay_wakeup) or a signal ends it early.
  * A wait that ran out (the idle interval, a backoff, a failing topic's retry time) is
- * followed by a pass that reads everything.
+ * followed by a pass that reads everything. While spans wait to be exported the sleep is
+ * cut into slices that drive the export (otlp_sender.h), so a request goes on while the
+ * relay is idle; only the whole wait running out counts as running out.
  */
 static void
 wait_for_work(int wait_ms)
 {
-	if (wait_ms > 0)
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+
+	while (wait_ms > 0)
 	{
-		int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+		int export_ms = otlp_sender_drive();
+		int slice = export_ms >= 0 && export_ms < wait_ms ? Max(export_ms, 1) : wait_ms;
+		int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
 						   PG_WAIT_EXTENSION);
 
-		if (rc & WL_TIMEOUT)
-			read_all_next = true;
 		ResetLatch(MyLatch);
+		if (rc & WL_LATCH_SET)
+			break;
+		wait_ms = (int) Max(0, (end - GetCurrentTimestamp()) / 1000);
+		if (wait_ms == 0)
+			read_all_next = true;
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending || ConfigReloadPending)
+			break;
 	}
+	otlp_sender_drive();
 	CHECK_FOR_INTERRUPTS();
 }
 
@@ -279,6 +302,7 @@ wal_delivery_relay_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
 	relay_wakeup_register_latch(slot, MyLatch);
 	set_planner_options();
+	configure_spans();
 	ereport(LOG, (errmsg("wal_delivery relay %d started on database \"%s\"", slot,
 						 wal_delivery_database)));
 
@@ -303,6 +327,7 @@ wal_delivery_relay_main(Datum main_arg)
 	}
 
 	kafka_producers_destroy(relay_shutdown_flush_ms);
+	otlp_sender_discard();
 	ereport(LOG, (errmsg("wal_delivery relay %d stopped", slot)));
 	/* Exit code 1: if this was pg_terminate_backend or DROP DATABASE (FORCE), come back. */
 	proc_exit(1);

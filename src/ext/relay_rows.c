@@ -19,7 +19,9 @@
 #include "utils/builtins.h"
 
 #include "failing_topics.h"
+#include "otlp_sender.h"
 #include "relay_rows.h"
+#include "relay_spans.h"
 #include "worker_spi.h"
 #include "settings.h"
 
@@ -230,6 +232,8 @@ sort_claimed_rows(ClaimedRows *rows, PassResult *result)
 		{
 			topic_shipped(row_topic(rows, i));
 			rows->stored[result->stored++] = d->outbox_id;
+			if (otlp_sender_enabled)
+				relay_span_for_row(rows, i);
 		}
 		else if (is_unshippable(d->err))
 		{

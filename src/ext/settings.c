@@ -9,6 +9,7 @@
 
 #include "utils/guc.h"
 
+#include "shared/otlp_span.h"
 #include "settings.h"
 #include "shared/trace_context.h"
 
@@ -16,6 +17,7 @@ char *wal_delivery_database = NULL;
 int wal_delivery_relay_workers = 1;
 char *kafka_bootstrap_servers = NULL;
 char *kafka_properties = NULL;
+char *otlp_endpoint = NULL;
 int relay_batch_size = 500;
 int relay_idle_interval_ms = 1000;
 int relay_delivery_timeout_ms = 30000;
@@ -136,6 +138,35 @@ define_relay_settings(void)
 							NULL, NULL, NULL);
 }
 
+/* An OTLP endpoint the relay could not use is refused when it is set, not ignored later. */
+static bool
+check_otlp_endpoint(char **newval, void **extra, GucSource source)
+{
+	char url[OTLP_URL_MAX];
+	const char *problem;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	problem = otlp_traces_url(*newval, url);
+	if (problem == NULL)
+		return true;
+	/* A DETAIL is a sentence: the problem, capitalised. */
+	GUC_check_errdetail("%c%s.", pg_toupper((unsigned char) problem[0]), problem + 1);
+	GUC_check_errhint("Name the collector's OTLP/HTTP base URL, for example "
+					  "http://127.0.0.1:4318; spans go to its /v1/traces. Empty turns export off.");
+	return false;
+}
+
+static void
+define_span_settings(void)
+{
+	DefineCustomStringVariable(
+		"wal_delivery.otlp_endpoint",
+		"OTLP/HTTP collector the relay exports its spans to; empty: no export.",
+		"The base URL, e.g. http://127.0.0.1:4318: spans are POSTed to its /v1/traces.",
+		&otlp_endpoint, "", PGC_SIGHUP, 0, check_otlp_endpoint, NULL, NULL);
+}
+
 static void
 define_periodic_settings(void)
 {
@@ -161,6 +192,7 @@ define_settings(void)
 	define_worker_settings();
 	define_kafka_settings();
 	define_relay_settings();
+	define_span_settings();
 	define_periodic_settings();
 	define_trace_settings();
 	MarkGUCPrefixReserved("wal_delivery");

@@ -26,6 +26,8 @@ extern int relay_idle_interval_ms;
 extern int relay_delivery_timeout_ms;
 extern int relay_max_backoff_ms;
 extern int relay_shutdown_flush_ms;
+/* Where the relay exports its spans (OTLP/HTTP); empty: nowhere. */
+extern char *otlp_endpoint;
 
 /* Relay 0's periodic tasks (maintenance.c) and the reconciler's rounds. */
 extern int maintenance_interval_ms;

@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 
 #include "bgworkers.h"
+#include "otlp_sender.h"
 #include "relay_wakeup.h"
 #include "settings.h"
 #include "wal_delivery.h"
@@ -32,6 +33,7 @@ wal_delivery_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	relay_wakeup_request_shmem();
+	otlp_sender_request_shmem();
 }
 
 static void
@@ -40,6 +42,7 @@ wal_delivery_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	relay_wakeup_init_shmem();
+	otlp_sender_init_shmem();
 }
 
 void
