@@ -1,10 +1,12 @@
 /*
  * otlp_exporter.c: the worker's span queue and its export thread (otlp_exporter.h).
  *
- * The queue is a ring of span copies under one mutex, held only for a copy: a call site
- * never waits for the network. The thread takes up to a batch at a time and POSTs it with
- * libcurl under short timeouts, so a hung collector holds up only the thread, and a
- * stopping worker at most OTLP_STOP_MS.
+ * The queue is a ring of span copies under one mutex, held only for one span's copy: a
+ * call site never waits for the network nor for a batch. The thread encodes up to a batch
+ * straight from the ring, outside the lock (call sites write only free slots, and the
+ * batch's slots stay taken until it is encoded), then POSTs it with libcurl under short
+ * timeouts, so a hung collector holds up only the thread, and a stopping worker at most
+ * OTLP_STOP_MS.
  */
 #include "common/otlp_exporter.h"
 
@@ -29,11 +31,10 @@ typedef struct
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	bool stopping;    /* under lock */
-	otlp_span *ring;  /* OTLP_QUEUE_SPANS, under lock */
-	int head;         /* the oldest span, under lock */
-	int count;        /* under lock */
-	otlp_span *batch; /* the thread's own: OTLP_BATCH_SPANS */
+	bool stopping;   /* under lock */
+	otlp_span *ring; /* OTLP_QUEUE_SPANS, under lock */
+	int head;        /* the oldest span, under lock */
+	int count;       /* under lock */
 	char url[OTLP_URL_MAX];
 	otlp_resource resource;
 	CURL *curl;   /* the thread's own, kept for the connection */
@@ -104,11 +105,37 @@ note_outcome(bool ok, const char *error, long status, int n)
 	exporter->failing = !ok;
 }
 
-/* POSTs n spans of the batch within timeout_ms; counts what became of them. */
-static void
-send_batch(int n, long timeout_ms)
+/*
+ * Encodes up to a batch of the oldest queued spans (up to the ring's end: the encoder takes
+ * an array) and frees their slots. Returns the body (NULL when out of memory: send_batch
+ * counts the spans as failed) and sets *n; *n == 0 when nothing is queued.
+ */
+static char *
+encode_next_batch(int *n)
 {
-	char *body = otlp_encode_spans(&exporter->resource, exporter->batch, (size_t) n);
+	int head;
+	char *body;
+
+	pthread_mutex_lock(&exporter->lock);
+	head = exporter->head;
+	*n = exporter->count < OTLP_BATCH_SPANS ? exporter->count : OTLP_BATCH_SPANS;
+	if (*n > OTLP_QUEUE_SPANS - head)
+		*n = OTLP_QUEUE_SPANS - head;
+	pthread_mutex_unlock(&exporter->lock);
+	if (*n == 0)
+		return NULL;
+	body = otlp_encode_spans(&exporter->resource, &exporter->ring[head], (size_t) *n);
+	pthread_mutex_lock(&exporter->lock);
+	exporter->head = (head + *n) % OTLP_QUEUE_SPANS;
+	exporter->count -= *n;
+	pthread_mutex_unlock(&exporter->lock);
+	return body;
+}
+
+/* POSTs the n spans encoded in body within timeout_ms; counts what became of them. */
+static void
+send_batch(char *body, int n, long timeout_ms)
+{
 	struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
 	CURLcode rc = CURLE_OUT_OF_MEMORY;
 	long status = 0;
@@ -136,20 +163,6 @@ send_batch(int n, long timeout_ms)
 	free(body);
 }
 
-/* Moves up to a batch out of the ring; called with the lock held. */
-static int
-take_batch(void)
-{
-	int n = exporter->count < OTLP_BATCH_SPANS ? exporter->count : OTLP_BATCH_SPANS;
-
-	for (int i = 0; i < n; i++)
-		memcpy(&exporter->batch[i], &exporter->ring[(exporter->head + i) % OTLP_QUEUE_SPANS],
-			   sizeof(otlp_span));
-	exporter->head = (exporter->head + n) % OTLP_QUEUE_SPANS;
-	exporter->count -= n;
-	return n;
-}
-
 static void
 deadline_in(struct timespec *ts, int ms)
 {
@@ -171,16 +184,14 @@ drain_at_stop(void)
 	int64_t end = now_ms() + OTLP_STOP_MS;
 	int n;
 
-	while (!exporter->failing)
+	while (!exporter->failing && end - now_ms() >= 100)
 	{
 		int64_t left = end - now_ms();
+		char *body = encode_next_batch(&n);
 
-		pthread_mutex_lock(&exporter->lock);
-		n = left >= 100 ? take_batch() : 0;
-		pthread_mutex_unlock(&exporter->lock);
 		if (n == 0)
 			break;
-		send_batch(n, left < OTLP_REQUEST_TIMEOUT_MS ? (long) left : OTLP_REQUEST_TIMEOUT_MS);
+		send_batch(body, n, left < OTLP_REQUEST_TIMEOUT_MS ? (long) left : OTLP_REQUEST_TIMEOUT_MS);
 	}
 	pthread_mutex_lock(&exporter->lock);
 	n = exporter->count;
@@ -197,6 +208,7 @@ export_thread(void *arg)
 	for (;;)
 	{
 		struct timespec until;
+		char *body;
 		int n;
 
 		pthread_mutex_lock(&exporter->lock);
@@ -210,10 +222,10 @@ export_thread(void *arg)
 			pthread_mutex_unlock(&exporter->lock);
 			break;
 		}
-		n = take_batch();
 		pthread_mutex_unlock(&exporter->lock);
+		body = encode_next_batch(&n);
 		if (n > 0)
-			send_batch(n, OTLP_REQUEST_TIMEOUT_MS);
+			send_batch(body, n, OTLP_REQUEST_TIMEOUT_MS);
 	}
 	drain_at_stop();
 	return NULL;
@@ -261,13 +273,11 @@ otlp_exporter_start(const char *endpoint, const char *role)
 		return false;
 	problem = otlp_traces_url(endpoint, e->url);
 	e->ring = calloc(OTLP_QUEUE_SPANS, sizeof(otlp_span));
-	e->batch = calloc(OTLP_BATCH_SPANS, sizeof(otlp_span));
-	if (problem != NULL || e->ring == NULL || e->batch == NULL ||
-		curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+	if (problem != NULL || e->ring == NULL || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 	{
 		log_error("event=otlp_export_not_started error=\"%s\"",
 				  problem ? problem : "out of memory or libcurl failed to start");
-		free(e->ring), free(e->batch), free(e);
+		free(e->ring), free(e);
 		return false;
 	}
 	e->resource = (otlp_resource){"wal-worker", WAL_DELIVERY_VERSION, role};
