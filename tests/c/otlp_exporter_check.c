@@ -4,11 +4,13 @@
  *
  *   otlp_exporter_check ENDPOINT N_SPANS LINGER_MS
  *
- * Starts the exporter at ENDPOINT, records N_SPANS delivery-attempt spans as a call site
- * would (trace 4bf92f3577b34da6a3ce929d0e0e4736, span ids 1, 2, ... in hex, every third one
- * failed), waits LINGER_MS, stops the exporter, and prints one JSON line: the slowest and
- * the total time otlp_span_record took, how long the stop took, the process's CPU time
- * (every thread: recording, encoding and sending), and the /metrics text.
+ * Starts the exporter at ENDPOINT, records N_SPANS delivery attempts' spans as consume and
+ * retry do (attempt_span_record; trace 4bf92f3577b34da6a3ce929d0e0e4736, span ids 1, 2,
+ * ... in hex, every third attempt failed with a 503, every seventh of a trace that is not
+ * sampled), waits LINGER_MS, stops the exporter,
+ * and prints one JSON line: the slowest and the total time attempt_span_record took, how
+ * long the stop took, the process's CPU time (every thread: recording, encoding and
+ * sending), and the /metrics text.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,39 +21,27 @@
 
 #include <jansson.h>
 
+#include "common/attempt_span.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/otlp_exporter.h"
 
+/* The answer of attempt i: every third one failed with a peer's awkward text. */
 static void
-attempt_span(otlp_span *span, int i)
+attempt_result(http_result *r, int i)
 {
-	trace_context parent;
-	char span_id[SPAN_ID_HEX + 1];
-	struct timespec now;
-	const char *tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-	trace_context_parse(tp, strlen(tp), &parent);
-	snprintf(span_id, sizeof(span_id), "%016x", i + 1);
-	otlp_span_start(span, &parent, span_id, "wal_delivery deliver", OTLP_KIND_CLIENT);
-	clock_gettime(CLOCK_REALTIME, &now);
-	span->end_unix_nano = (uint64_t) now.tv_sec * 1000000000u + (uint64_t) now.tv_nsec;
-	span->start_unix_nano = span->end_unix_nano - 1500000; /* 1.5 ms */
-	otlp_span_add_string(span, "wal.topic", "orders");
-	otlp_span_add_string(span, "wal.destination", "billing");
-	otlp_span_add_int(span, "wal.attempt", i % 5 + 1);
-	otlp_span_add_int(span, "wal.retry_step", i % 4);
-	otlp_span_add_string(span, "wal.idempotency_key", "k-\"quoted\"-\xc3\xa9");
+	memset(r, 0, sizeof(*r));
+	r->elapsed_ms = 2;
 	if (i % 3 == 2)
 	{
-		otlp_span_add_int(span, "http.response.status_code", 503);
-		/* A peer's text: a quote, a newline and a byte that is not UTF-8. */
-		otlp_span_set_status(span, OTLP_STATUS_ERROR, "503 \"busy\"\nretry \xff later");
+		r->http_status = 503;
+		/* A quote, a newline and a byte that is not UTF-8. */
+		r->error = "503 \"busy\"\nretry \xff later";
 	}
 	else
 	{
-		otlp_span_add_int(span, "http.response.status_code", 200);
-		otlp_span_set_status(span, OTLP_STATUS_OK, NULL);
+		r->http_status = 200;
+		r->error = "";
 	}
 }
 
@@ -65,6 +55,9 @@ main(int argc, char **argv)
 	json_t *out;
 	char *line;
 	struct rusage usage;
+	trace_context record;
+	trace_context unsampled;
+	const char *tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 	if (argc != 4)
 	{
@@ -75,14 +68,23 @@ main(int argc, char **argv)
 	linger_ms = atoi(argv[3]);
 	if (!otlp_exporter_start(argv[1], "consume"))
 		return 1;
+	trace_context_parse(tp, strlen(tp), &record);
+	unsampled = record;
+	unsampled.flags = 0;
 	for (int i = 0; i < n; i++)
 	{
-		otlp_span span;
+		http_result result;
+		trace_context attempt = record;
+		attempt_span a = {&record, &attempt, "orders", "billing", "k-\"quoted\"-\xc3\xa9", i % 5 + 1,
+						  i % 4};
 		double started, took;
 
-		attempt_span(&span, i);
+		snprintf(attempt.span_id, sizeof(attempt.span_id), "%016x", i + 1);
+		if (i % 7 == 6)
+			a.record = &unsampled; /* no span: only sampled traces are exported */
+		attempt_result(&result, i);
 		started = now_seconds();
-		otlp_span_record(&span);
+		attempt_span_record(&a, &result, i % 3 == 2 ? DELIVERY_TRANSIENT : DELIVERY_SUCCESS);
 		took = now_seconds() - started;
 		total += took;
 		if (took > slowest)
