@@ -336,6 +336,8 @@ def test_the_exporter_queries_run_with_only_their_grants(unique):
                 assert config["in_sync"] in (0, 1) and config["version"] >= config["published_version"]
                 relay, = results["wal_delivery_relay"]
                 assert relay["passes"] >= 0 and relay["lanes_read"] >= 0
+                spans, = results["wal_delivery_relay_spans"]
+                assert all(v >= 0 for v in spans.values()), spans
                 query = queries["wal_delivery_reconcile"]["query"]
                 wait_until(lambda: mon.execute(query).fetchone()[0] >= 1, 30,
                            what="the reconciler to report the topic Kafka cannot make")
