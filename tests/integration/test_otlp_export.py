@@ -308,3 +308,85 @@ def test_the_endpoint_setting_refuses_what_is_not_an_http_url(db):
             db.execute(f"ALTER SYSTEM SET wal_delivery.otlp_endpoint = '{bad}'")
         assert why in str(e.value.diag.message_detail), e.value.diag.message_detail
         assert "127.0.0.1:4318" in e.value.diag.message_hint
+
+
+# ---------------------------------------------------------------- the workers' attempt spans
+
+@pytest.fixture
+def fleet(tmp_path, kafka_bootstrap):
+    from retry_helpers import Fleet
+    f = Fleet(tmp_path, kafka_bootstrap)
+    yield f
+    f.stop_all()
+
+
+@pytest.mark.usefixtures("clean_destinations")
+def test_each_attempt_is_a_span_of_the_records_trace(tmp_path, fleet, receiver, unique):
+    from conftest import Destination
+    from consumer_helpers import add_destination, wait_published
+    from retry_helpers import attempt_of
+
+    topic, name = f"otlp.attempts.{unique}", f"otlp-flaky-{unique}"
+    trace, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    unsampled = uuid.uuid4().hex
+    flaky = Destination(tmp_path)
+    flaky.behave(status=503, times=2)  # consume's attempt and retry step 1 fail, step 2 works
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, name, flaky.url + "/in", [topic],
+                            retry_delays="{1 second,1 second,1 second}")
+            wait_published(conn)
+            set_endpoint(conn, receiver.endpoint)
+        workers = [fleet.start(role, "--otlp-endpoint", receiver.endpoint)
+                   for role in ("consume", "retry")]
+        for w in workers:
+            w.wait_ready()
+        with connect() as conn:
+            enqueue(conn, topic, "sampled", {"traceparent": traceparent(trace, parent)})
+        wait_until(lambda: [r for r in flaky.requests("/in") if r["status"] == 200], 60,
+                   what="the third attempt's 200")
+        with connect() as conn:
+            enqueue(conn, topic, "unsampled",
+                    {"traceparent": traceparent(unsampled, parent, sampled=False)})
+        flaky.wait_for(4, "/in")
+
+        def attempt_spans():
+            return [s for _, s in receiver.spans()
+                    if s.trace_id.hex() == trace and s.name == "wal_delivery deliver"]
+        wait_until(lambda: len(attempt_spans()) == 3, 30, what="three attempt spans")
+        time.sleep(1.5)  # the unsampled record's attempt, were it exported, would be in by now
+        assert not receiver.rejected
+        assert not [s for _, s in receiver.spans() if s.trace_id.hex() == unsampled]
+        sent = {r["headers"]["traceparent"].split("-")[2]: r
+                for r in flaky.requests("/in") if trace in r["headers"].get("traceparent", "")}
+        assert len(sent) == 3
+        by_attempt = {}
+        for span in attempt_spans():
+            attrs = attributes(span)
+            # The span is the attempt the destination saw: the span id in its traceparent.
+            request = sent[span.span_id.hex()]
+            assert attrs["wal.attempt"] == attempt_of(request)
+            by_attempt[attrs["wal.attempt"]] = (span, attrs)
+            assert span.parent_span_id == bytes.fromhex(parent)
+            assert span.kind == CLIENT
+            assert span.start_time_unix_nano <= span.end_time_unix_nano  # ms: a local answer may take 0
+            assert attrs["wal.topic"] == topic and attrs["wal.destination"] == name
+            assert attrs["wal.idempotency_key"] == "sampled"
+        assert sorted(by_attempt) == [1, 2, 3]
+        for attempt, step, status in ((1, 0, 503), (2, 1, 503), (3, 2, 200)):
+            span, attrs = by_attempt[attempt]
+            assert attrs["wal.retry_step"] == step
+            assert attrs["http.response.status_code"] == status
+            if status == 503:
+                assert span.status.code == STATUS_ERROR and "503" in span.status.message
+                assert attrs["wal.outcome"] == "transient"
+            else:
+                assert span.status.code == STATUS_OK and attrs["wal.outcome"] == "success"
+        resources = {r["wal.role"] for r, s in receiver.spans() if s.trace_id.hex() == trace}
+        assert resources == {"relay", "consume", "retry"}, "the relay's span is in the trace too"
+        for w in workers:  # counted once the worker has read the collector's answer
+            wait_until(lambda: w.metric("wal_otlp_spans_exported_total") >= 1, 10,
+                       what="the worker's exported spans counted")
+    finally:
+        flaky.stop()

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/attempt_span.h"
 #include "common/clock.h"
 #include "common/delivery_request.h"
 #include "common/log.h"
@@ -105,6 +106,22 @@ consumer_may_start(void *arg, const char *destination)
 	return !pause_state_is_paused(((consumer_state *) arg)->pauses, destination);
 }
 
+/* The attempt's span, for a record with a trace context (consume's is attempt 1, step 0). */
+static void
+record_attempt_span(const record_copy *copy, const http_result *result, delivery_outcome outcome)
+{
+	const attempt_span a = {&copy->attempt_trace.parent,
+							&copy->attempt_trace.attempt,
+							copy->shared->msg.source_topic,
+							copy->destination,
+							copy->shared->msg.idempotency_key,
+							1,
+							0};
+
+	if (copy->attempt_trace.present)
+		attempt_span_record(&a, result, outcome);
+}
+
 static void
 on_http_done(void *opaque, const http_result *result)
 {
@@ -130,6 +147,7 @@ on_http_done(void *opaque, const http_result *result)
 	outcome = classify_http_result(result->curl_code, result->http_status,
 								   d ? (const char *const *) d->transient_statuses : NULL,
 								   d ? d->n_transient_statuses : 0);
+	record_attempt_span(copy, result, outcome);
 	if (outcome == DELIVERY_SUCCESS)
 	{
 		const char *labels[] = {copy->destination};

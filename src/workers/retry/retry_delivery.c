@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "common/attempt_span.h"
 #include "common/clock.h"
 #include "common/delivery_request.h"
 #include "common/log.h"
@@ -92,6 +93,22 @@ finish_probe(retry_state *st, dest_state *ds, queued *q, delivery_outcome outcom
 	}
 }
 
+/* The attempt's span, for a record with a trace context; a probe's too. */
+static void
+record_attempt_span(const queued *q, const http_result *result, delivery_outcome outcome)
+{
+	const attempt_span a = {&q->attempt_trace.parent,
+							&q->attempt_trace.attempt,
+							q->m.msg.source_topic,
+							q->m.destination,
+							q->m.msg.idempotency_key,
+							q->m.attempt + 1,
+							q->m.step};
+
+	if (q->attempt_trace.present)
+		attempt_span_record(&a, result, outcome);
+}
+
 static void
 on_http_done(void *opaque, const http_result *result)
 {
@@ -114,6 +131,7 @@ on_http_done(void *opaque, const http_result *result)
 	outcome = classify_http_result(result->curl_code, result->http_status,
 								   d ? (const char *const *) d->transient_statuses : NULL,
 								   d ? d->n_transient_statuses : 0);
+	record_attempt_span(q, result, outcome);
 	snprintf(q->error, sizeof(q->error), "%s", result->error);
 	if (outcome == DELIVERY_SUCCESS)
 	{
