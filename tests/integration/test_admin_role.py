@@ -352,7 +352,9 @@ VIEWS = ["outbox", "dead_letters", "config_version", "backlog", "unresolved_dead
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_the_admin_reads_every_operator_view(admin, view):
-    admin.execute(f"SELECT * FROM wal_delivery.{view}").fetchall()
+    # Every column of every row, as JSON: a parked row's available_at is 'infinity',
+    # which Postgres returns and Python's datetime cannot hold.
+    admin.execute(f"SELECT to_jsonb(v) FROM wal_delivery.{view} v").fetchall()
 
 
 def test_the_admin_reads_what_the_workers_read(admin):
