@@ -20,6 +20,7 @@
 #include <limits.h>
 
 #include "fuzz_util.h"
+#include "shared/hex.h"
 #include "shared/record_contract.h"
 #include "shared/utf8.h"
 
@@ -121,18 +122,6 @@ expected_fault(const record_fields *r, int64_t limit)
 
 /* ---------------------------------------------------------------- record_quote */
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Decodes record_quote's output (without the quotes) into out; its length, or -1. */
 static long
 unquote(const char *q, size_t len, char *out)
@@ -171,16 +160,16 @@ unquote(const char *q, size_t len, char *out)
 				out[o++] = '\r', i += 2;
 				break;
 			case 'x':
-				if (i + 4 > len || hex_value(q[i + 2]) < 0 || hex_value(q[i + 3]) < 0)
+				if (i + 4 > len || hex_digit_value(q[i + 2]) < 0 || hex_digit_value(q[i + 3]) < 0)
 					return -1;
-				out[o++] = (char) (hex_value(q[i + 2]) * 16 + hex_value(q[i + 3]));
+				out[o++] = (char) (hex_digit_value(q[i + 2]) * 16 + hex_digit_value(q[i + 3]));
 				i += 4;
 				break;
 			case 'u':
-				if (i + 6 > len || q[i + 2] != '0' || q[i + 3] != '0' || hex_value(q[i + 4]) < 0 ||
-					hex_value(q[i + 5]) < 0)
+				if (i + 6 > len || q[i + 2] != '0' || q[i + 3] != '0' ||
+					hex_digit_value(q[i + 4]) < 0 || hex_digit_value(q[i + 5]) < 0)
 					return -1;
-				out[o++] = (char) (hex_value(q[i + 4]) * 16 + hex_value(q[i + 5]));
+				out[o++] = (char) (hex_digit_value(q[i + 4]) * 16 + hex_digit_value(q[i + 5]));
 				i += 6;
 				break;
 			default:

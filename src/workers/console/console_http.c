@@ -24,6 +24,7 @@
 #include "console/console_assets.h"
 #include "console/console_request.h"
 #include "console/console_signin.h"
+#include "shared/hex.h"
 #include "shared/utf8.h"
 
 #define HTTP_THREADS            4
@@ -84,18 +85,6 @@ console_answer_error(console_answer *a, unsigned int status, const char *fmt, ..
 	console_answer_json(a, status, json_pack("{s:s}", "error", message));
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int
 console_query_arg(const console_request *r, const char *name, char *out, size_t out_size)
 {
@@ -117,8 +106,8 @@ console_query_arg(const console_request *r, const char *name, char *out, size_t 
 			out[o++] = value[i] == '+' ? ' ' : value[i];
 			continue;
 		}
-		if (i + 2 >= len || (hi = hex_value(value[i + 1])) < 0 ||
-			(lo = hex_value(value[i + 2])) < 0 || (hi == 0 && lo == 0))
+		if (i + 2 >= len || (hi = hex_digit_value(value[i + 1])) < 0 ||
+			(lo = hex_digit_value(value[i + 2])) < 0 || (hi == 0 && lo == 0))
 			return -1;
 		out[o++] = (char) (hi << 4 | lo);
 		i += 2;

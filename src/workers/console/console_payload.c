@@ -6,19 +6,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "shared/hex.h"
 #include "shared/utf8.h"
-
-static int
-nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 bool
 console_unhex(const char *hex, size_t len, unsigned char *out)
@@ -27,7 +16,7 @@ console_unhex(const char *hex, size_t len, unsigned char *out)
 		return false;
 	for (size_t i = 0; i < len; i += 2)
 	{
-		int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+		int hi = hex_digit_value(hex[i]), lo = hex_digit_value(hex[i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return false;

@@ -39,6 +39,7 @@
 #include "ingest/ingest_outbox.h"
 #include "ingest/ingest_parse.h"
 #include "ingest/ingest_request.h"
+#include "shared/hex.h"
 #include "shared/record_contract.h"
 #include "shared/utf8.h"
 
@@ -151,18 +152,6 @@ request_started(void *arg, const char *uri, struct MHD_Connection *connection)
 	return st;
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
  * Decodes the percent escapes of s (len bytes) into out (len + 1 bytes at least) and
  * sets *out_len; NULL when fine, else what is wrong: a malformed escape, %00, or bytes
@@ -182,7 +171,8 @@ decode_path(const char *s, size_t len, char *out, size_t *out_len)
 			out[o++] = s[i];
 			continue;
 		}
-		if (i + 2 >= len || (hi = hex_value(s[i + 1])) < 0 || (lo = hex_value(s[i + 2])) < 0)
+		if (i + 2 >= len || (hi = hex_digit_value(s[i + 1])) < 0 ||
+			(lo = hex_digit_value(s[i + 2])) < 0)
 			return "holds a malformed percent escape (a \"%\" not followed by two hex digits)";
 		if (hi == 0 && lo == 0)
 			return "holds %00 (a NUL byte)";
