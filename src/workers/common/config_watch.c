@@ -15,11 +15,13 @@
 #include "clock.h"
 #include "db_connect.h"
 #include "log.h"
+#include "peer_config.h"
 
 #define POLL_INTERVAL_MS      30000
 #define RECONNECT_INTERVAL_MS 5000
 #define START_RETRY_MS        2000
-#define CHECK_INTERVAL_MS     20 /* how often a worker's loop looks for a NOTIFY */
+#define PEER_ASK_INTERVAL_MS  5000 /* while the database is down: one peer asked this often */
+#define CHECK_INTERVAL_MS     20   /* how often a worker's loop looks for a NOTIFY */
 
 struct config_watch
 {
@@ -32,6 +34,8 @@ struct config_watch
 	int64_t next_check_ms;
 	int64_t next_reconnect_ms;
 	bool db_down_logged;
+	peer_asker *peers;
+	int64_t next_peer_ask_ms;
 	pthread_mutex_t json_lock; /* guards current->json against the admin thread */
 };
 
@@ -95,26 +99,17 @@ config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
 {
 	config_watch *w = calloc(1, sizeof(*w));
 	char errbuf[1024];
-	char peer_err[1024];
 
 	w->opts = opts;
+	w->peers = peer_asker_new(opts);
 	w->poll_interval_ms = (long) (POLL_INTERVAL_MS / opts->time_scale);
 	pthread_mutex_init(&w->json_lock, NULL);
 	while (!*stop)
 	{
 		control_plane_config *config = load_from_db(w, errbuf, sizeof(errbuf));
 
-		for (int i = 0; config == NULL && i < opts->n_peers; i++)
-		{
-			config = config_load_from_peer(opts->peers[i], getenv("WAL_PEER_TOKEN"), peer_err,
-										   sizeof(peer_err));
-			if (config)
-				log_warn("event=config_from_peer peer=%s version=%" PRId64
-						 " msg=\"database unreachable (%s); using a peer's cached config\"",
-						 opts->peers[i], config->version, errbuf);
-			else
-				log_warn("event=peer_failed peer=%s error=\"%s\"", opts->peers[i], peer_err);
-		}
+		if (config == NULL)
+			config = peer_config_at_start(w->peers, errbuf);
 		if (config)
 		{
 			if (config->version != config->published_version)
@@ -123,6 +118,7 @@ config_watch_start(const worker_options *opts, volatile sig_atomic_t *stop)
 						 config->version, config->published_version);
 			w->current = config;
 			w->next_poll_ms = now_ms() + w->poll_interval_ms;
+			w->next_peer_ask_ms = now_ms() + PEER_ASK_INTERVAL_MS;
 			return w;
 		}
 		log_error("event=no_config error=\"%s\" peers=%d msg=\"no configuration yet: not from the "
@@ -139,6 +135,22 @@ const control_plane_config *
 config_watch_current(const config_watch *w)
 {
 	return w->current;
+}
+
+/* While the database is down: move up to a peer's newer version (peer_config.h). */
+static bool
+newer_from_peer(config_watch *w, int64_t now)
+{
+	control_plane_config *config;
+
+	if (now < w->next_peer_ask_ms)
+		return false;
+	w->next_peer_ask_ms = now + PEER_ASK_INTERVAL_MS;
+	config = peer_config_newer(w->peers, w->current->version);
+	if (config == NULL)
+		return false;
+	replace_current(w, config);
+	return true;
 }
 
 /* True when a notification on wal_delivery_published arrived. */
@@ -180,7 +192,7 @@ config_watch_poll(config_watch *w)
 						 "; retrying every %d ms\"",
 						 errbuf, w->current->version, RECONNECT_INTERVAL_MS);
 			w->db_down_logged = true;
-			return false;
+			return newer_from_peer(w, now);
 		}
 		log_info("event=db_reachable msg=\"reloading config\"");
 		w->db_down_logged = false;
@@ -252,6 +264,7 @@ config_watch_stop(config_watch *w)
 	if (w->conn)
 		PQfinish(w->conn);
 	config_free(w->current);
+	peer_asker_free(w->peers);
 	pthread_mutex_destroy(&w->json_lock);
 	free(w);
 }

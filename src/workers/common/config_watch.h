@@ -2,12 +2,14 @@
  * config_watch.h: keeps a worker's configuration current.
  *
  * At start it loads the configuration from the database, or, when the database is
- * unreachable, from the first --peer that answers; it retries until one does (logging
- * each failure) and never returns an empty configuration. Then it follows the published
- * version: a NOTIFY on wal_delivery_published triggers a reload at once, and a poll
- * every 30 s (divided by --time-scale) catches a missed notification. A version the
- * reconciler has not published yet (Kafka does not match it) is not adopted. While the
- * database is down the cached configuration stays in use and the connection is retried.
+ * unreachable, the newest one the --peer workers hold (peer_config.h); it retries until
+ * one answers (logging each failure) and never returns an empty configuration. Then it
+ * follows the published version: a NOTIFY on wal_delivery_published triggers a reload at
+ * once, and a poll every 30 s (divided by --time-scale) catches a missed notification. A
+ * version the reconciler has not published yet (Kafka does not match it) is not adopted.
+ * While the database is down the cached configuration stays in use, the connection is
+ * retried, and every 5 s one peer is asked: a higher published version replaces the
+ * cached one, a lower one never does.
  */
 #ifndef WAL_CONFIG_WATCH_H
 #define WAL_CONFIG_WATCH_H

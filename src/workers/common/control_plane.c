@@ -237,8 +237,8 @@ collect_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 }
 
 control_plane_config *
-config_load_from_peer(const char *base_url, const char *peer_token, char *errbuf,
-					  size_t errbuf_size)
+config_load_from_peer(const char *base_url, const char *peer_token, long timeout_ms,
+					  long *http_status, char *errbuf, size_t errbuf_size)
 {
 	CURL *curl = curl_easy_init();
 	response_buffer body = {0};
@@ -251,7 +251,7 @@ config_load_from_peer(const char *base_url, const char *peer_token, char *errbuf
 
 	snprintf(url, sizeof(url), "%s/config", base_url);
 	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect_body);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
 	curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t) PEER_CONFIG_MAX_BYTES);
@@ -263,6 +263,7 @@ config_load_from_peer(const char *base_url, const char *peer_token, char *errbuf
 	}
 	rc = curl_easy_perform(curl);
 	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+	*http_status = status;
 	if (body.too_large || rc == CURLE_FILESIZE_EXCEEDED)
 		snprintf(errbuf, errbuf_size, "peer %s: config larger than %d bytes, refused", url,
 				 PEER_CONFIG_MAX_BYTES);

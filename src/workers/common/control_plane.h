@@ -64,9 +64,13 @@ control_plane_config *config_load_from_db(PGconn *conn, char *errbuf, size_t err
 control_plane_config *config_load_document(PGconn *conn, const char *function, char *errbuf,
 										   size_t errbuf_size);
 
-/* Reads it from a peer's /config (base URL such as http://10.0.0.5:9400). */
+/*
+ * Reads it from a peer's /config (base URL such as http://10.0.0.5:9400), waiting at most
+ * timeout_ms. *http_status is the peer's HTTP status, 0 when none answered.
+ */
 control_plane_config *config_load_from_peer(const char *base_url, const char *peer_token,
-											char *errbuf, size_t errbuf_size);
+											long timeout_ms, long *http_status, char *errbuf,
+											size_t errbuf_size);
 
 const destination_config *config_find_destination(const control_plane_config *config,
 												  const char *name);
