@@ -130,8 +130,8 @@ peer_config_at_start(peer_asker *a, const char *why_db)
 	{
 		count(a, best_peer, "loaded");
 		log_warn("event=config_from_peer peer=%s version=%" PRId64 " published=%" PRId64
-				 " answers=%d msg=\"database unreachable (%s); using the newest config the "
-				 "peers hold\"",
+				 " answers=%d db_error=\"%s\" msg=\"database unreachable; using the newest "
+				 "config the peers hold\"",
 				 a->opts->peers[best_peer], best->version, best->published_version, answers,
 				 why_db);
 	}
