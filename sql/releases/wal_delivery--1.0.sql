@@ -1946,7 +1946,10 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_wakeups';
 -- What the relays did since the server started: passes run, and lanes of the log read
 -- (a pass reads the lanes the commits that woke it wrote, and every lane now and then).
 -- What a record costs the database host follows from these (bench/relay_latency).
-CREATE FUNCTION wal_delivery.relay_passes(OUT passes bigint, OUT lanes_read bigint)
+-- possible_duplicates: records Kafka may have stored though it never acknowledged them
+-- (timed out or purged after being sent); each is sent again, so each may be a second copy.
+CREATE FUNCTION wal_delivery.relay_passes(OUT passes bigint, OUT lanes_read bigint,
+                                          OUT possible_duplicates bigint)
 LANGUAGE c AS 'MODULE_PATHNAME', 'wal_delivery_relay_passes';
 
 -- What became of the relays' spans since the server started (wal_delivery.otlp_endpoint):

@@ -16,7 +16,9 @@
 #include "utils/fmgrprotos.h"
 #include "utils/timestamp.h"
 
+#include "kafka_inflight.h"
 #include "kafka_producer.h"
+#include "relay_wakeup.h"
 #include "shared/record_contract.h"
 
 static rd_kafka_t *producer_all = NULL;
@@ -43,6 +45,12 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 		delivery->reported_unix_ns = (int64) now.tv_sec * 1000000000 + now.tv_nsec;
 	}
 	deliveries_waiting--;
+	/* Not acknowledged, yet perhaps stored: sending it again may make a second copy. */
+	if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+		delivery->status == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED)
+		relay_count_possible_duplicates(1);
+	if (delivery->handed_off)
+		kafka_inflight_reported(delivery);
 }
 
 static void
@@ -124,6 +132,16 @@ kafka_conf_apply(rd_kafka_conf_t *conf, const char *bootstrap, const char *prope
  */
 #define RELAY_MESSAGE_MAX_BYTES "101048576"
 
+/*
+ * How long the idempotent producer keeps retrying a record. Its retries never make a
+ * second copy (the broker knows the sequence), a record that times out may still be
+ * committed and is then sent again as a new one. So a sent record is given the time a
+ * leader needs to drop dead replicas from its ISR (replica.lag.time.max.ms, 30 s by
+ * default) and a new leader to be elected, several times over; a pass does not wait that
+ * long for it (kafka_inflight.h). The row stays unmarked in the outbox meanwhile.
+ */
+#define RELAY_IDEMPOTENT_MESSAGE_TIMEOUT_MS 300000
+
 static rd_kafka_t *
 create_producer(const char *bootstrap, const char *properties, int delivery_timeout_ms,
 				bool idempotent, char *errbuf, size_t errbuf_size)
@@ -132,7 +150,9 @@ create_producer(const char *bootstrap, const char *properties, int delivery_time
 	char timeout[32];
 	rd_kafka_t *rk;
 
-	snprintf(timeout, sizeof(timeout), "%d", delivery_timeout_ms);
+	snprintf(timeout, sizeof(timeout), "%d",
+			 idempotent ? Max(delivery_timeout_ms, RELAY_IDEMPOTENT_MESSAGE_TIMEOUT_MS)
+						: delivery_timeout_ms);
 	if (!set_property(conf, "client.id", "wal_delivery_relay", errbuf, errbuf_size) ||
 		!set_property(conf, "message.timeout.ms", timeout, errbuf, errbuf_size) ||
 		!set_property(conf, "log.queue", "true", errbuf, errbuf_size) ||
@@ -197,6 +217,8 @@ kafka_producers_destroy(int flush_timeout_ms)
 	rd_kafka_destroy(producer_all);
 	rd_kafka_destroy(producer_leader);
 	producer_all = producer_leader = NULL;
+	deliveries_waiting = 0;
+	kafka_inflight_forget();
 }
 
 /*
@@ -244,7 +266,7 @@ kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery)
 	rd_kafka_header_add(hdrs, "created-at", -1, record->created_at, -1);
 	add_json_headers(hdrs, record->headers_json);
 
-	delivery->reported = false;
+	delivery->reported = delivery->queued = delivery->handed_off = false;
 	for (;;)
 	{
 		err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(record->topic),
@@ -263,6 +285,7 @@ kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery)
 		rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
 		return err;
 	}
+	delivery->queued = true;
 	deliveries_waiting++;
 	return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
@@ -273,7 +296,7 @@ kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms)
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	bool shutdown_seen = false;
 
-	while (deliveries_waiting > 0 && GetCurrentTimestamp() < deadline)
+	while (deliveries_waiting > kafka_inflight_waiting() && GetCurrentTimestamp() < deadline)
 	{
 		rd_kafka_poll(producer_all, 50);
 		rd_kafka_poll(producer_leader, 0);
@@ -289,13 +312,17 @@ kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms)
 				deadline = flush_end;
 		}
 	}
-	if (deliveries_waiting > 0)
+	if (deliveries_waiting > kafka_inflight_waiting() && !ShutdownRequestPending)
+	{
+		/* Not sent again while librdkafka still retries it: its report comes later. */
+		kafka_inflight_hand_off();
+	}
+	else if (deliveries_waiting > 0 && ShutdownRequestPending)
 	{
 		/*
-		 * Out of time (a shutdown, or a report later than message.timeout.ms): purge what
-		 * is left so every delivery gets its report now, before the caller frees them.
-		 * A purged in-flight message may still land in Kafka; it is not marked stored, so
-		 * it is sent again later (at least once).
+		 * Stopping: purge what is left so every delivery gets its report now. A purged
+		 * in-flight message may still land in Kafka; it is not marked stored, so it is
+		 * sent again later (at least once: a lost acknowledgement).
 		 */
 		rd_kafka_purge(producer_all, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 		rd_kafka_purge(producer_leader, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);

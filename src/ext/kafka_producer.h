@@ -14,7 +14,10 @@
 typedef struct KafkaDelivery
 {
 	int64 outbox_id;
+	bool queued; /* librdkafka took it: a report will come */
 	bool reported;
+	bool handed_off; /* its pass ended first (kafka_inflight.h) */
+	struct DeliveryBlock *block;
 	rd_kafka_resp_err_t err;
 	rd_kafka_msg_status_t status; /* only PERSISTED counts as stored */
 	/* Only while kafka_report_details is on (spans are exported): */
@@ -59,9 +62,10 @@ bool kafka_producers_exist(void);
 rd_kafka_resp_err_t kafka_produce(const KafkaRecord *record, KafkaDelivery *delivery);
 
 /*
- * Serves reports until every queued delivery has one or timeout_ms passed; once a
- * shutdown is requested, at most shutdown_timeout_ms more. Deliveries still without a
- * report then are purged, so each has its report when this returns.
+ * Serves reports until every delivery this pass queued has one or timeout_ms passed.
+ * Deliveries still without a report then are handed off (kafka_inflight.h): their first
+ * attempt may still be acknowledged. Once a shutdown is requested, it waits at most
+ * shutdown_timeout_ms more and then purges what is left, so each has its report.
  */
 void kafka_wait_for_deliveries(int timeout_ms, int shutdown_timeout_ms);
 

@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "failing_topics.h"
+#include "kafka_inflight.h"
 #include "kafka_producer.h"
 #include "maintenance.h"
 #include "otlp_sender.h"
@@ -110,6 +111,8 @@ run_pass(int slot, PassResult *result)
 		ship_log(slot, marks, result);
 	}
 	worker_xact_end();
+	/* Frees the pass's deliveries, except those in flight (kafka_inflight.h). */
+	kafka_inflight_pass_done();
 	/* What is left to do (a full batch, records Kafka did not take) no commit will mark. */
 	read_all_next = result->more_waiting || result->deferred > 0 || any_failing_topics();
 }

@@ -120,12 +120,17 @@ lanes_wait(LaneBatch *lanes, int n_lanes, PassResult *result)
 			const ClaimedRows *rows = &lanes[l].rows;
 			rd_kafka_resp_err_t err = rows->deliveries[i].err;
 
-			if (rows->fate[i] != ROW_PRODUCED || row_persisted(rows, i) || is_unshippable(err))
+			bool in_flight = row_in_flight(rows, i);
+
+			if ((rows->fate[i] != ROW_PRODUCED && !in_flight) || row_persisted(rows, i) ||
+				is_unshippable(err))
 				return false;
 			if (reason == NULL)
 			{
-				reason = psprintf("%s (topic \"%s\")", not_taken_reason(err), row_topic(rows, i));
-				kafka_down = is_kafka_down(err);
+				reason = psprintf("%s (topic \"%s\")",
+								  in_flight ? IN_FLIGHT_REASON : not_taken_reason(err),
+								  row_topic(rows, i));
+				kafka_down = in_flight || is_kafka_down(err);
 			}
 			waiting++;
 		}
@@ -204,6 +209,7 @@ finish_lane(LaneBatch *b, PassResult *result)
 	write_sorted_rows(rows, &lane);
 	result->stored += rows->n - n_held;
 	result->deferred += lane.deferred;
+	result->in_flight += lane.in_flight;
 	result->waiting += lane.waiting;
 	result->unshippable += lane.unshippable;
 	if (result->reason == NULL && lane.reason != NULL)
@@ -244,6 +250,8 @@ ship_log(int slot, uint32 marks, PassResult *result)
 	if (read_any)
 	{
 		wait_for_delivery_reports();
+		for (int l = 0; l < n_lanes; l++)
+			take_late_reports(&lanes[l].rows);
 		if (lanes_wait(lanes, n_lanes, result))
 			return;
 	}

@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 
 #include "failing_topics.h"
+#include "kafka_inflight.h"
 #include "otlp_sender.h"
 #include "relay_rows.h"
 #include "relay_spans.h"
@@ -94,7 +95,7 @@ init_claimed_rows(ClaimedRows *rows)
 
 	rows->n = n;
 	rows->tt = SPI_tuptable;
-	rows->deliveries = palloc0(sizeof(KafkaDelivery) * Max(n, 1));
+	rows->deliveries = kafka_deliveries_alloc(n);
 	rows->stored = palloc(sizeof(int64) * Max(n, 1));
 	rows->noted = palloc(sizeof(int64) * Max(n, 1));
 	rows->fate = palloc0(sizeof(RowFate) * Max(n, 1));
@@ -135,7 +136,17 @@ read_claimed_row(ClaimedRows *rows, int i, KafkaRecord *rec)
 	return ROW_PRODUCED;
 }
 
-/* One librdkafka refuses at once counts as reported. */
+bool
+row_in_flight(const ClaimedRows *rows, int i)
+{
+	return rows->fate[i] == ROW_IN_FLIGHT ||
+		   (rows->fate[i] == ROW_PRODUCED && !rows->deliveries[i].reported);
+}
+
+/*
+ * One librdkafka refuses at once counts as reported. A record an earlier pass sent is not
+ * produced again until its report came (then that report is this pass's).
+ */
 void
 read_and_produce_rows(ClaimedRows *rows)
 {
@@ -148,6 +159,16 @@ read_and_produce_rows(ClaimedRows *rows)
 		rows->fate[i] = read_claimed_row(rows, i, &rec);
 		if (rows->fate[i] != ROW_PRODUCED)
 			continue;
+		switch (kafka_inflight_take(rows->deliveries[i].outbox_id, &rows->deliveries[i]))
+		{
+			case INFLIGHT_WAITING:
+				rows->fate[i] = ROW_IN_FLIGHT;
+				continue;
+			case INFLIGHT_REPORTED:
+				continue;
+			case INFLIGHT_NONE:
+				break;
+		}
 		err = kafka_produce(&rec, &rows->deliveries[i]);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
@@ -164,9 +185,23 @@ wait_for_delivery_reports(void)
 	int wait_ms;
 
 	pgstat_report_activity(STATE_RUNNING, "wal_delivery relay: waiting for Kafka");
-	/* librdkafka reports every message within message.timeout.ms; stopping shortens it. */
+	/*
+	 * The acks=1 producer reports every message within message.timeout.ms (the delivery
+	 * timeout); the idempotent one's outlive a pass that waited that long and are handed
+	 * off (kafka_inflight.h). Stopping shortens the wait.
+	 */
 	wait_ms = ShutdownRequestPending ? relay_shutdown_flush_ms : relay_delivery_timeout_ms + 5000;
 	kafka_wait_for_deliveries(wait_ms, relay_shutdown_flush_ms);
+}
+
+void
+take_late_reports(ClaimedRows *rows)
+{
+	for (int i = 0; i < rows->n; i++)
+		if (rows->fate[i] == ROW_IN_FLIGHT &&
+			kafka_inflight_take(rows->deliveries[i].outbox_id, &rows->deliveries[i]) ==
+				INFLIGHT_REPORTED)
+			rows->fate[i] = ROW_PRODUCED;
 }
 
 static void
@@ -222,6 +257,18 @@ sort_claimed_rows(ClaimedRows *rows, PassResult *result)
 					SPI_getvalue(rows->tt->vals[i], rows->tt->tupdesc, SHIPPED_KAFKA_ERROR);
 			}
 			rows->waiting[result->waiting++] = d->outbox_id;
+		}
+		else if (row_in_flight(rows, i))
+		{
+			/* Its first attempt may still be acknowledged: a later pass takes its report. */
+			result->in_flight++;
+			result->deferred++;
+			if (result->reason == NULL)
+			{
+				result->reason =
+					psprintf("%s (topic \"%s\")", IN_FLIGHT_REASON, row_topic(rows, i));
+				result->kafka_down = true;
+			}
 		}
 		else if (rows->fate[i] == ROW_TOPIC_DELETED)
 		{
@@ -310,7 +357,10 @@ ship_claimed_rows(PassResult *result)
 	ClaimedRows rows;
 	static SPIPlanPtr claim_plan = NULL;
 
-	values[0] = Int32GetDatum(relay_batch_size);
+	/* Rows in flight are claimed (and skipped) on top of a batch, never instead of one. */
+	int limit = relay_batch_size + kafka_inflight_count();
+
+	values[0] = Int32GetDatum(limit);
 	values[1] = topics_to_pass_over(&no_skip);
 	nulls[1] = no_skip ? 'n' : ' ';
 	spi_exec_kept(&claim_plan, claim_sql, 2, types, values, nulls);
@@ -319,8 +369,9 @@ ship_claimed_rows(PassResult *result)
 	read_and_produce_rows(&rows);
 	result->claimed = rows.n;
 	wait_for_delivery_reports();
+	take_late_reports(&rows);
 	sort_claimed_rows(&rows, result);
 	write_sorted_rows(&rows, result);
-	if (result->claimed == relay_batch_size)
+	if (result->claimed == limit)
 		result->more_waiting = true;
 }

@@ -21,6 +21,7 @@ typedef struct PassResult
 	int deferred; /* Kafka did not take them: tried again later */
 	int waiting;  /* their topic is not in Kafka: they wait for it */
 	int unshippable;
+	int in_flight; /* sent by a pass, no report yet: not sent again (also deferred) */
 	bool extension_missing;
 	bool kafka_down;   /* the first deferred row's error says Kafka did not answer */
 	char *reason;      /* why the first deferred row was not stored */
@@ -62,7 +63,8 @@ typedef enum
 {
 	ROW_PRODUCED,
 	ROW_TOPIC_DELETED, /* no longer in wal_delivery.topics: dead */
-	ROW_TOPIC_MISSING  /* not in Kafka (yet): it waits until the reconciler creates it */
+	ROW_TOPIC_MISSING, /* not in Kafka (yet): it waits until the reconciler creates it */
+	ROW_IN_FLIGHT      /* an earlier pass sent it and has no report yet (kafka_inflight.h) */
 } RowFate;
 
 /* The records one statement read (SPI_tuptable), and what became of each on the way. */
@@ -89,6 +91,15 @@ void read_and_produce_rows(ClaimedRows *rows);
 
 /* Waits for the delivery report of everything produced (shorter when stopping). */
 void wait_for_delivery_reports(void);
+
+/* After the wait: the rows in flight whose report came meanwhile take it as theirs. */
+void take_late_reports(ClaimedRows *rows);
+
+/* Whether row i is in flight: sent, no report yet (this pass's or an earlier one's). */
+bool row_in_flight(const ClaimedRows *rows, int i);
+
+/* Why a pass leaves records in flight, for the log. */
+#define IN_FLIGHT_REASON "Kafka has not yet acknowledged records sent earlier"
 
 /*
  * Sorts each row by its fate and delivery report (dead rows are marked at once), then

@@ -30,9 +30,10 @@ typedef struct RelayWakeupShared
 	pg_atomic_uint32 listening[MAX_RELAY_WORKERS]; /* 1: commits wake this slot's relay */
 	/* What commits wrote since the slot's relay last took its marks (relay_wakeup.h). */
 	pg_atomic_uint32 marks[MAX_RELAY_WORKERS];
-	pg_atomic_uint64 commit_wakeups; /* committed transactions that asked to wake the relay */
-	pg_atomic_uint64 passes;         /* passes the relays ran */
-	pg_atomic_uint64 lanes_read;     /* lanes of the log those passes read */
+	pg_atomic_uint64 commit_wakeups;      /* committed transactions that asked to wake the relay */
+	pg_atomic_uint64 passes;              /* passes the relays ran */
+	pg_atomic_uint64 lanes_read;          /* lanes of the log those passes read */
+	pg_atomic_uint64 possible_duplicates; /* records perhaps stored, not acknowledged */
 } RelayWakeupShared;
 
 static RelayWakeupShared *relay_wakeup = NULL;
@@ -68,6 +69,7 @@ relay_wakeup_init_shmem(void)
 		pg_atomic_init_u64(&relay_wakeup->commit_wakeups, 0);
 		pg_atomic_init_u64(&relay_wakeup->passes, 0);
 		pg_atomic_init_u64(&relay_wakeup->lanes_read, 0);
+		pg_atomic_init_u64(&relay_wakeup->possible_duplicates, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -235,18 +237,30 @@ relay_count_pass(int lanes_read)
 	pg_atomic_fetch_add_u64(&relay_wakeup->lanes_read, lanes_read);
 }
 
-/* The relays' passes and lane reads since the server started (relay_passes()). */
+void
+relay_count_possible_duplicates(int records)
+{
+	if (relay_wakeup == NULL || records <= 0)
+		return;
+	pg_atomic_fetch_add_u64(&relay_wakeup->possible_duplicates, records);
+}
+
+/*
+ * The relays' passes, lane reads and possible duplicates since the server started
+ * (relay_passes()).
+ */
 Datum
 wal_delivery_relay_passes(PG_FUNCTION_ARGS)
 {
 	TupleDesc desc;
-	Datum values[2];
-	bool nulls[2] = {false, false};
+	Datum values[3];
+	bool nulls[3] = {false, false, false};
 
 	require_shared_memory();
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "relay_passes must return a record");
 	values[0] = Int64GetDatum((int64) pg_atomic_read_u64(&relay_wakeup->passes));
 	values[1] = Int64GetDatum((int64) pg_atomic_read_u64(&relay_wakeup->lanes_read));
+	values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&relay_wakeup->possible_duplicates));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

@@ -44,6 +44,12 @@ uint32 relay_wakeup_take_marks(int slot);
 /* Counts a pass and the lanes it read, for relay_passes(). */
 void relay_count_pass(int lanes_read);
 
+/*
+ * Counts records Kafka may have stored without acknowledging them (timed out or purged
+ * after being sent): each is sent again, so each may be a second copy.
+ */
+void relay_count_possible_duplicates(int records);
+
 /* Called by relay workers (see the relay) to receive wakeups at the given slot. */
 void relay_wakeup_register_latch(int slot, Latch *latch);
 
