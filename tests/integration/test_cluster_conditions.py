@@ -8,13 +8,14 @@ cluster: `tests/env up --brokers 3` is slow."""
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from conftest import env_cmd
-from relay_helpers import make_topic, read_topic, report, states, wait_until
+from relay_helpers import EnqueueLoad, make_topic, read_topic, report, states, wait_load_progress, wait_until
 
 ROWS = 20_000
 
@@ -129,3 +130,54 @@ def test_cluster_conditions_hold_records_without_killing_or_rewriting_them(clust
         conn.execute("UPDATE wal_delivery.topics SET replication_factor = 3 WHERE name = 'cc.rf4'")
         wait_until(lambda: states(conn, "cc.rf4") == {"stored": 1}, 90, what="cc.rf4's record to ship")
     assert set(read_topic(settings["KAFKA_BOOTSTRAP"], "cc.rf4", ["early"])) == {"early"}
+
+
+def copies_by_outbox_id(bootstrap, topic, expect_keys):
+    seen = read_topic(bootstrap, topic, expect_keys, timeout=120)
+    copies = Counter()
+    for messages in seen.values():
+        for m in messages:
+            copies[int(m["headers"]["outbox-id"])] += 1
+    return copies
+
+
+def test_a_leader_that_cannot_commit_gets_each_record_sent_once(cluster):
+    """Issue 31: two of three brokers kill -9'd while the relay ships with acks=all. The
+    third broker still leads its partitions and takes writes it cannot commit (without a
+    controller quorum the ISR keeps the dead replicas), so the relay's batches get no
+    acknowledgement until the brokers are back. A record is sent again only after a
+    refusal or a lost acknowledgement, not while its first attempt can still be
+    acknowledged: at most 1% of the committed records get a second copy, none a third,
+    none is lost."""
+    env_dir, settings = cluster
+    topic = "cc.dup"
+    with connect_to(settings) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS wal_delivery")
+        make_topic(conn, topic, partitions=3, replication_factor=3, min_insync_replicas=2)
+        wait_until(lambda: (s := status(conn, topic)) and s[0] and s[1], 90, what=f"{topic} in Kafka")
+        possible0 = conn.execute("SELECT possible_duplicates FROM wal_delivery.relay_passes()").fetchone()[0]
+        with EnqueueLoad(topic, connect_fn=lambda: connect_to(settings), pause=0.005) as load:
+            wait_load_progress(load, 500)
+            env_cmd("kafka-kill", "2", env_dir=env_dir)
+            env_cmd("kafka-kill", "3", env_dir=env_dir)
+            time.sleep(45)  # longer than a pass waits for its acknowledgements
+        starts = [threading.Thread(target=env_cmd, args=("kafka-start", n), kwargs={"env_dir": env_dir})
+                  for n in ("2", "3")]
+        for t in starts:
+            t.start()
+        for t in starts:
+            t.join()
+        committed = {r[0] for r in conn.execute("SELECT id FROM wal_delivery.outbox WHERE topic = %s", (topic,))}
+        wait_until(lambda: states(conn, topic) == {"stored": len(committed)}, 300,
+                   what=f"every record of {topic} stored (now {states(conn, topic)})")
+        possible = conn.execute("SELECT possible_duplicates FROM wal_delivery.relay_passes()").fetchone()[0]
+    copies = copies_by_outbox_id(settings["KAFKA_BOOTSTRAP"], topic, load.acked)
+    lost = committed - set(copies)
+    second = sum(1 for i in committed if copies[i] >= 2)
+    third = sum(1 for i in committed if copies[i] >= 3)
+    report(f"3 brokers, 2 kill -9'd while shipping: {len(committed)} committed, {second} with a second copy, "
+           f"{third} with a third, {sum(copies.values()) - len(copies)} extra copies, {len(lost)} lost, "
+           f"possible_duplicates {possible - possible0}")
+    assert not lost, f"{len(lost)} committed records not in Kafka"
+    assert second <= len(committed) // 100, f"{second} of {len(committed)} records have a second copy"
+    assert third == 0, f"{third} records have a third copy"

@@ -335,7 +335,7 @@ def test_the_exporter_queries_run_with_only_their_grants(unique):
                 config, = results["wal_delivery_config"]
                 assert config["in_sync"] in (0, 1) and config["version"] >= config["published_version"]
                 relay, = results["wal_delivery_relay"]
-                assert relay["passes"] >= 0 and relay["lanes_read"] >= 0
+                assert relay["passes"] >= 0 and relay["lanes_read"] >= 0 and relay["possible_duplicates"] >= 0
                 spans, = results["wal_delivery_relay_spans"]
                 assert all(v >= 0 for v in spans.values()), spans
                 query = queries["wal_delivery_reconcile"]["query"]
