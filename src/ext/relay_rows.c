@@ -224,8 +224,11 @@ defer_row(ClaimedRows *rows, int i, PassResult *result)
 {
 	KafkaDelivery *d = &rows->deliveries[i];
 	const char *topic = row_topic(rows, i);
-	const char *why = not_taken_reason(d->err);
+	bool in_flight = row_in_flight(rows, i);
+	const char *why = in_flight ? IN_FLIGHT_REASON : not_taken_reason(d->err);
 
+	if (in_flight)
+		result->in_flight++;
 	if (topic_failing_streak_starts(topic))
 	{
 		rows->noted_reasons[rows->n_noted] =
@@ -237,7 +240,7 @@ defer_row(ClaimedRows *rows, int i, PassResult *result)
 	if (result->reason == NULL)
 	{
 		result->reason = psprintf("%s (topic \"%s\")", why, topic);
-		result->kafka_down = is_kafka_down(d->err);
+		result->kafka_down = in_flight || is_kafka_down(d->err);
 	}
 }
 
@@ -260,15 +263,12 @@ sort_claimed_rows(ClaimedRows *rows, PassResult *result)
 		}
 		else if (row_in_flight(rows, i))
 		{
-			/* Its first attempt may still be acknowledged: a later pass takes its report. */
-			result->in_flight++;
-			result->deferred++;
-			if (result->reason == NULL)
-			{
-				result->reason =
-					psprintf("%s (topic \"%s\")", IN_FLIGHT_REASON, row_topic(rows, i));
-				result->kafka_down = true;
-			}
+			/*
+			 * Its first attempt may still be acknowledged: deferred like a refusal (its
+			 * topic passed over, the reason noted once), but a later pass takes its report
+			 * instead of producing it again.
+			 */
+			defer_row(rows, i, result);
 		}
 		else if (rows->fate[i] == ROW_TOPIC_DELETED)
 		{

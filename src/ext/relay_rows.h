@@ -99,7 +99,7 @@ void take_late_reports(ClaimedRows *rows);
 bool row_in_flight(const ClaimedRows *rows, int i);
 
 /* Why a pass leaves records in flight, for the log. */
-#define IN_FLIGHT_REASON "Kafka has not yet acknowledged records sent earlier"
+#define IN_FLIGHT_REASON "no acknowledgement yet; librdkafka keeps retrying the first attempt"
 
 /*
  * Sorts each row by its fate and delivery report (dead rows are marked at once), then

@@ -124,11 +124,12 @@ define_relay_settings(void)
 							"How long an idle relay sleeps when no commit wakes it.", NULL,
 							&relay_idle_interval_ms, 1000, 10, 600000, PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
-	DefineCustomIntVariable("wal_delivery.relay_delivery_timeout",
-							"How long a record may wait for Kafka's acknowledgement in one pass "
-							"(librdkafka message.timeout.ms).",
-							NULL, &relay_delivery_timeout_ms, 30000, 1000, 3600000, PGC_SIGHUP,
-							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable(
+		"wal_delivery.relay_delivery_timeout",
+		"How long a pass waits for Kafka's acknowledgements; an acks=all record "
+		"not acknowledged by then stays in flight.",
+		NULL, &relay_delivery_timeout_ms, 30000, 1000, 3600000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
+		NULL);
 	DefineCustomIntVariable(
 		"wal_delivery.relay_max_backoff", "Longest wait between passes while Kafka fails.", NULL,
 		&relay_max_backoff_ms, 60000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
