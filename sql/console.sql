@@ -86,6 +86,47 @@ SELECT c.oid::regclass AS oncall_may_use,
         OR has_any_column_privilege('regress_oncall', c.oid, 'SELECT,INSERT,UPDATE,REFERENCES'))
  ORDER BY c.oid::regclass::text COLLATE "C";
 
+-- Deliveries per minute (delivery_stats): only the workers' role adds counts, through
+-- add_delivery_stats; it reads nothing back. On-call and writers read or add nothing
+-- there beyond what on-call may read (above).
+CREATE ROLE regress_stats_worker LOGIN IN ROLE wal_delivery_worker;
+CREATE ROLE regress_stats_writer LOGIN IN ROLE wal_delivery_writer;
+INSERT INTO wal_delivery.delivery_stats VALUES
+    (date_trunc('minute', now()) - interval '20 days', 'oc.events', 'oc-dest', 1, 0, 0);
+CREATE TEMP VIEW stats_now AS
+SELECT jsonb_build_array(jsonb_build_object('minute', extract(epoch FROM now()), 'topic', 'oc.events',
+           'destination', 'oc-dest', 'delivered', 2, 'failed', 1, 'dead_lettered', 1),
+       jsonb_build_object('minute', extract(epoch FROM now()), 'topic', 'oc.events',
+           'destination', 'oc-dest', 'delivered', 1, 'failed', 0, 'dead_lettered', 0),
+       jsonb_build_object('minute', extract(epoch FROM now()), 'topic', 'no.such.topic',
+           'destination', 'oc-dest', 'delivered', 5)) AS counts;
+GRANT SELECT ON stats_now TO regress_stats_worker, regress_oncall, regress_stats_writer;
+SET ROLE regress_stats_worker;
+SELECT wal_delivery.add_delivery_stats(counts) AS keys_added FROM stats_now;
+SELECT wal_delivery.add_delivery_stats(counts) AS keys_added FROM stats_now;
+SELECT * FROM regress.try('SELECT * FROM wal_delivery.delivery_stats');
+SELECT * FROM regress.try($$SELECT wal_delivery.add_delivery_stats('[{"minute": 0, "topic": "oc.events", "destination": "oc-dest", "delivered": -5}]')$$);
+SELECT * FROM regress.try($$SELECT wal_delivery.add_delivery_stats('{"delivered": 1}')$$);
+RESET ROLE;
+-- Added twice in one minute, one row; the unknown topic skipped; the minute older than
+-- the retention (14 days) deleted by the same call.
+SELECT topic, destination, delivered, failed, dead_lettered, minute = date_trunc('minute', now()) AS this_minute
+  FROM wal_delivery.delivery_stats ORDER BY minute;
+SELECT topic, delivered_5m, failed_5m, dead_lettered_5m, failed_last_hour
+  FROM wal_delivery.topic_status WHERE topic = 'oc.events';
+SET ROLE regress_oncall;
+SELECT * FROM regress.try('SELECT wal_delivery.add_delivery_stats(counts) FROM stats_now');
+SELECT destination, delivered_5m, failed_5m, dead_lettered_last_hour FROM wal_delivery.delivery_rates;
+RESET ROLE;
+SET ROLE regress_stats_writer;
+SELECT * FROM regress.try('SELECT wal_delivery.add_delivery_stats(counts) FROM stats_now');
+SELECT * FROM regress.try('SELECT count(*) FROM wal_delivery.delivery_stats');
+RESET ROLE;
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET delivery_stats_retention = '1 hour'$$);
+DROP VIEW stats_now;
+DELETE FROM wal_delivery.delivery_stats;
+DROP ROLE regress_stats_worker, regress_stats_writer;
+
 DELETE FROM wal_delivery.audit_log;
 DELETE FROM wal_delivery.dead_letters WHERE topic = 'oc.events';
 DELETE FROM wal_delivery.destinations WHERE name = 'oc-dest';

@@ -180,7 +180,9 @@ CREATE TABLE wal_delivery.settings (
     archive_max_run_time interval NOT NULL DEFAULT '30 minutes',
     archive_keeps_rows boolean NOT NULL DEFAULT false,         -- true: mark archived, do not delete
     -- The role SQL processors run as (processing.sql checks it); never the worker's own.
-    processing_role text NOT NULL DEFAULT 'wal_delivery_processor'
+    processing_role text NOT NULL DEFAULT 'wal_delivery_processor',
+    -- How long delivery_stats keeps its minutes (delivery_stats.sql).
+    delivery_stats_retention interval NOT NULL DEFAULT '14 days'
 );
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
@@ -241,6 +243,10 @@ BEGIN
        OR NEW.dead_letter_archive_after <= interval '0' OR NEW.consumer_dedupe_ttl < interval '0' THEN
         PERFORM wal_delivery.refuse_setting('retry_dlq_retention must be positive and at most 100 years, dead_letter_archive_after positive and consumer_dedupe_ttl not negative',
             format('%s, %s and %s', NEW.retry_dlq_retention, NEW.dead_letter_archive_after, NEW.consumer_dedupe_ttl), 'The defaults are 14 days, 10 days and 1 day.');
+    END IF;
+    IF NEW.delivery_stats_retention < interval '1 day' OR NEW.delivery_stats_retention > interval '1 year' THEN
+        PERFORM wal_delivery.refuse_setting('delivery_stats_retention must be 1 day to 1 year',
+            NEW.delivery_stats_retention::text, 'The default is 14 days; the console charts the last 6 hours.');
     END IF;
     IF NEW.dead_letter_archive_after >= NEW.retry_dlq_retention THEN
         PERFORM wal_delivery.refuse_setting('dead_letter_archive_after must be shorter than retry_dlq_retention',
@@ -3320,25 +3326,127 @@ SELECT d.name AS destination,
          WHERE s.destination = d.name AND s.last_error_at IS NOT NULL
          ORDER BY s.last_error_at DESC LIMIT 1) le ON true;
 
+-- ==== sql/src/delivery_stats.sql
+
+-- Deliveries per minute, topic and destination: the rates, failures and charts of the
+-- console's overview (or psql). `wal-worker consume` and `retry` count in memory and add
+-- their counts here about every 10 s (src/workers/common/delivery_stats.c), one call of
+-- add_delivery_stats per process and flush: one upsert per key. The same call deletes
+-- minutes older than settings.delivery_stats_retention. Delivery never waits on this:
+-- counts that cannot be added are kept by the worker for a while, then dropped with a
+-- metric and a log line, so a rate here may be low, never high.
+--
+-- Words used below:
+--   delivered      attempts answered 2xx (consume's first attempts and retries)
+--   failed         attempts that failed: the copy went to a retry step or the DLQ
+--   dead_lettered  copies handed to the DLQ (after failed attempts, or refused before one)
+
+CREATE TABLE wal_delivery.delivery_stats (
+    minute timestamptz NOT NULL,   -- the minute's start
+    topic text NOT NULL,
+    destination text NOT NULL,
+    delivered bigint NOT NULL DEFAULT 0,
+    failed bigint NOT NULL DEFAULT 0,
+    dead_lettered bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, topic, destination)
+);
+
+-- Adds a worker's counts: p_stats is an array of {minute (seconds since the epoch),
+-- topic, destination, delivered, failed, dead_lettered}. Keys of unknown topics or
+-- destinations and minutes outside the retention are skipped. Returns the keys added.
+-- SECURITY DEFINER and granted to wal_delivery_worker only: a worker may add counts,
+-- not read or change anything else. Keys are upserted in one order, so two workers'
+-- flushes never deadlock; one flush at a time deletes old minutes, the others skip it.
+CREATE FUNCTION wal_delivery.add_delivery_stats(p_stats jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+    keep interval := (SELECT delivery_stats_retention FROM wal_delivery.settings);
+BEGIN
+    IF jsonb_typeof(p_stats) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'add_delivery_stats takes a JSON array of counts'
+            USING ERRCODE = '22023', HINT = 'Send [{"minute": 1767225600, "topic": "t", "destination": "d", "delivered": 1, "failed": 0, "dead_lettered": 0}].';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_to_recordset(p_stats) AS r(delivered bigint, failed bigint, dead_lettered bigint)
+                WHERE r.delivered < 0 OR r.failed < 0 OR r.dead_lettered < 0) THEN
+        RAISE EXCEPTION 'add_delivery_stats adds counts: none may be negative'
+            USING ERRCODE = '22023', HINT = 'Send the counts since the last call, 0 or more each.';
+    END IF;
+    INSERT INTO wal_delivery.delivery_stats AS s (minute, topic, destination, delivered, failed, dead_lettered)
+    SELECT k.minute, k.topic, k.destination, k.delivered, k.failed, k.dead_lettered
+      FROM (SELECT date_trunc('minute', to_timestamp(r.minute)) AS minute, r.topic, r.destination,
+                   sum(coalesce(r.delivered, 0))::bigint AS delivered,
+                   sum(coalesce(r.failed, 0))::bigint AS failed,
+                   sum(coalesce(r.dead_lettered, 0))::bigint AS dead_lettered
+              FROM jsonb_to_recordset(p_stats) AS r(minute double precision, topic text,
+                       destination text, delivered bigint, failed bigint, dead_lettered bigint)
+             WHERE r.topic IN (SELECT name FROM wal_delivery.topics)
+               AND r.destination IN (SELECT name FROM wal_delivery.destinations)
+               -- an hour inside the retention, so a flush never adds to a row being deleted
+               AND to_timestamp(r.minute) > now() - keep + interval '1 hour'
+               AND to_timestamp(r.minute) < now() + interval '1 hour'
+             GROUP BY 1, 2, 3) k
+     ORDER BY k.minute, k.topic, k.destination
+    ON CONFLICT (minute, topic, destination) DO UPDATE
+       SET delivered = s.delivered + EXCLUDED.delivered,
+           failed = s.failed + EXCLUDED.failed,
+           dead_lettered = s.dead_lettered + EXCLUDED.dead_lettered;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF pg_try_advisory_xact_lock('wal_delivery.delivery_stats'::regclass::oid::bigint) THEN
+        DELETE FROM wal_delivery.delivery_stats WHERE minute < now() - keep;
+    END IF;
+    RETURN n;
+END $$;
+
+-- Per topic and destination: the last 5 minutes (from the start of the minute 5 minutes
+-- ago to now, window_seconds long) and the last hour. Counts reach the table up to 10 s
+-- late, so the newest seconds may be missing.
+CREATE VIEW wal_delivery.delivery_rates AS
+SELECT s.topic, s.destination,
+       coalesce(sum(s.delivered) FILTER (WHERE s.minute >= w.start), 0)::bigint AS delivered_5m,
+       coalesce(sum(s.failed) FILTER (WHERE s.minute >= w.start), 0)::bigint AS failed_5m,
+       coalesce(sum(s.dead_lettered) FILTER (WHERE s.minute >= w.start), 0)::bigint AS dead_lettered_5m,
+       sum(s.delivered)::bigint AS delivered_last_hour,
+       sum(s.failed)::bigint AS failed_last_hour,
+       sum(s.dead_lettered)::bigint AS dead_lettered_last_hour,
+       extract(epoch FROM now() - w.start)::numeric(10, 1) AS window_seconds
+  FROM wal_delivery.delivery_stats s,
+       (SELECT date_trunc('minute', now()) - interval '5 minutes' AS start) w
+ WHERE s.minute >= date_trunc('minute', now()) - interval '1 hour'
+ GROUP BY s.topic, s.destination, w.start;
+
 -- ==== sql/src/console.sql
 
 -- What on-call reads per topic (the console's overview, or psql): the backlog waiting to
--- be shipped and the dead letters, without the topics table (control plane, which the
--- on-call role may not read). Destinations have destination_status (retries.sql).
+-- be shipped, the delivery rates and the dead letters, without the topics table (control
+-- plane, which the on-call role may not read). Destinations have destination_status
+-- (retries.sql); rates per destination are delivery_rates summed by destination.
 
--- One row per topic: records waiting to be shipped to Kafka and the oldest one's age,
--- unresolved dead letters, and dead letters that arrived in the last hour.
+-- One row per topic: records waiting to be shipped to Kafka and the oldest one's age;
+-- deliveries, failed attempts and dead-lettered copies of the last 5 minutes and hour
+-- (delivery_rates, summed over destinations) and deliveries per second over the 5
+-- minutes; unresolved dead letters, and dead letters that arrived in the last hour.
 CREATE VIEW wal_delivery.topic_status AS
 SELECT t.name AS topic,
        coalesce(b.waiting, 0) AS waiting,
        b.oldest_waiting_age,
+       coalesce(r.delivered_5m, 0) AS delivered_5m,
+       coalesce(r.failed_5m, 0) AS failed_5m,
+       coalesce(r.dead_lettered_5m, 0) AS dead_lettered_5m,
+       round(coalesce(r.delivered_5m, 0) / r.window_seconds, 2) AS delivered_per_second,
+       coalesce(r.failed_last_hour, 0) AS failed_last_hour,
        (SELECT count(*) FROM wal_delivery.dead_letters d
          WHERE d.topic = t.name AND d.resolved_at IS NULL) AS unresolved_dead_letters,
        (SELECT count(*) FROM wal_delivery.dead_letters d
          WHERE d.topic = t.name AND d.failed_at > now() - interval '1 hour') AS dead_letters_last_hour
   FROM wal_delivery.topics t
   LEFT JOIN (SELECT topic, sum(records) AS waiting, max(oldest_age) AS oldest_waiting_age
-               FROM wal_delivery.backlog GROUP BY topic) b ON b.topic = t.name;
+               FROM wal_delivery.backlog GROUP BY topic) b ON b.topic = t.name
+  LEFT JOIN (SELECT topic, sum(delivered_5m) AS delivered_5m, sum(failed_5m) AS failed_5m,
+                    sum(dead_lettered_5m) AS dead_lettered_5m,
+                    sum(failed_last_hour) AS failed_last_hour,
+                    max(window_seconds) AS window_seconds
+               FROM wal_delivery.delivery_rates GROUP BY topic) r ON r.topic = t.name;
 
 -- ==== sql/src/archive.sql
 
@@ -3467,7 +3575,8 @@ CREATE TABLE wal_delivery.archive_objects (
     entries integer NOT NULL,
     archived_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day);
+-- The console lists objects newest day first, by keyset on (day, object).
+CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day, object);
 
 -- Called only after S3 confirmed p_object: deletes the entries, or marks them archived,
 -- and lists the object in archive_objects (a retried upload of the same rows updates it).
@@ -3765,7 +3874,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
 -- Who replayed, resolved, paused and resumed what (written by those functions only).
-GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects,
+      wal_delivery.delivery_stats, wal_delivery.delivery_rates
     TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
@@ -3831,6 +3941,9 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.claim_probe(text, text, interval),
     wal_delivery.finish_probe(text, text, text, text, interval),
     wal_delivery.report_step_stats(text, jsonb),
+    -- consume and retry: deliveries per minute, topic and destination (theirs only: not
+    -- the admin's, the on-call's or a writer's, who could make up rates)
+    wal_delivery.add_delivery_stats(jsonb),
     -- dlq: ingestion, alerts, replays
     wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint, text, bytea,
                                     integer, text, jsonb),
@@ -3874,7 +3987,8 @@ GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
       wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
       wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
       wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
-      wal_delivery.audit_log, wal_delivery.archive_objects
+      wal_delivery.audit_log, wal_delivery.archive_objects, wal_delivery.delivery_stats,
+      wal_delivery.delivery_rates
     TO wal_delivery_oncall;
 GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.replay_dead_letter(bigint),

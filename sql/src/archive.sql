@@ -123,7 +123,8 @@ CREATE TABLE wal_delivery.archive_objects (
     entries integer NOT NULL,
     archived_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day);
+-- The console lists objects newest day first, by keyset on (day, object).
+CREATE INDEX archive_objects_day ON wal_delivery.archive_objects (day, object);
 
 -- Called only after S3 confirmed p_object: deletes the entries, or marks them archived,
 -- and lists the object in archive_objects (a retried upload of the same rows updates it).

@@ -140,7 +140,8 @@ GRANT EXECUTE ON FUNCTION wal_delivery.pause_destination(text, integer, text, in
                           wal_delivery.report_step_stats(text, jsonb)
     TO wal_delivery_admin;
 -- Who replayed, resolved, paused and resumed what (written by those functions only).
-GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects
+GRANT SELECT ON wal_delivery.audit_log, wal_delivery.topic_status, wal_delivery.archive_objects,
+      wal_delivery.delivery_stats, wal_delivery.delivery_rates
     TO wal_delivery_admin;
 
 -- Dead-letter archival (the job runs as the role that scheduled it).
@@ -206,6 +207,9 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.claim_probe(text, text, interval),
     wal_delivery.finish_probe(text, text, text, text, interval),
     wal_delivery.report_step_stats(text, jsonb),
+    -- consume and retry: deliveries per minute, topic and destination (theirs only: not
+    -- the admin's, the on-call's or a writer's, who could make up rates)
+    wal_delivery.add_delivery_stats(jsonb),
     -- dlq: ingestion, alerts, replays
     wal_delivery.ingest_dead_letter(text, integer, bigint, text, text, text, bigint, text, bytea,
                                     integer, text, jsonb),
@@ -249,7 +253,8 @@ GRANT SELECT ON wal_delivery.dead_letters, wal_delivery.unresolved_dead_letters,
       wal_delivery.topic_status, wal_delivery.backlog, wal_delivery.destination_status,
       wal_delivery.destination_pauses, wal_delivery.destination_step_stats,
       wal_delivery.config_status, wal_delivery.reconcile_status, wal_delivery.processing_status,
-      wal_delivery.audit_log, wal_delivery.archive_objects
+      wal_delivery.audit_log, wal_delivery.archive_objects, wal_delivery.delivery_stats,
+      wal_delivery.delivery_rates
     TO wal_delivery_oncall;
 GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.replay_dead_letter(bigint),

@@ -20,6 +20,11 @@ REFUSED = [
     "SELECT wal_delivery.resume_destination('d')",
     "SELECT wal_delivery.replay_dead_letter(1)",
     "CALL wal_delivery.archive_dead_letters()",
+    # delivery_stats: the workers add counts through add_delivery_stats only
+    "SELECT * FROM wal_delivery.delivery_stats",
+    "SELECT * FROM wal_delivery.delivery_rates",
+    "DELETE FROM wal_delivery.delivery_stats",
+    "INSERT INTO wal_delivery.delivery_stats (minute, topic, destination) VALUES (now(), 't', 'd')",
 ]
 
 
@@ -42,3 +47,26 @@ def test_the_worker_role_reads_its_config_and_is_no_superuser(worker):
     assert {"version", "settings", "destinations"} <= set(doc)
     assert worker.execute("SELECT current_setting('is_superuser')").fetchone()[0] == "off"
     assert worker.execute("SELECT count(*) FROM wal_delivery.destination_pauses").fetchone()[0] >= 0
+
+
+def test_the_worker_role_adds_delivery_counts_and_reads_none_back(worker):
+    """add_delivery_stats takes counts from the worker's login (SECURITY DEFINER): the
+    count lands in the table although the worker may not read it."""
+    with connect() as su:
+        su.execute("INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas)"
+                   " VALUES ('wr.stats', 1, 1) ON CONFLICT DO NOTHING")
+        su.execute("INSERT INTO wal_delivery.destinations (name, endpoint)"
+                   " VALUES ('wr-stats', 'http://127.0.0.1:9/x') ON CONFLICT DO NOTHING")
+        su.execute("DELETE FROM wal_delivery.delivery_stats WHERE topic = 'wr.stats'")
+    counts = ('[{"minute": %d, "topic": "wr.stats", "destination": "wr-stats", "delivered": 4,'
+              ' "failed": 2, "dead_lettered": 1}]')
+    minute = worker.execute("SELECT extract(epoch FROM now())::bigint").fetchone()[0]
+    assert worker.execute("SELECT wal_delivery.add_delivery_stats(%s)",
+                          (counts % minute,)).fetchone()[0] == 1
+    with connect() as su:
+        assert su.execute("SELECT delivered, failed, dead_lettered FROM wal_delivery.delivery_stats"
+                          " WHERE topic = 'wr.stats'").fetchall() == [(4, 2, 1)]
+        su.execute("DELETE FROM wal_delivery.delivery_stats WHERE topic = 'wr.stats'")
+        su.execute("DELETE FROM wal_delivery.subscriptions WHERE topic = 'wr.stats'")
+        su.execute("DELETE FROM wal_delivery.destinations WHERE name = 'wr-stats'")
+        su.execute("DELETE FROM wal_delivery.topics WHERE name = 'wr.stats'")

@@ -29,7 +29,9 @@ CREATE TABLE wal_delivery.settings (
     archive_max_run_time interval NOT NULL DEFAULT '30 minutes',
     archive_keeps_rows boolean NOT NULL DEFAULT false,         -- true: mark archived, do not delete
     -- The role SQL processors run as (processing.sql checks it); never the worker's own.
-    processing_role text NOT NULL DEFAULT 'wal_delivery_processor'
+    processing_role text NOT NULL DEFAULT 'wal_delivery_processor',
+    -- How long delivery_stats keeps its minutes (delivery_stats.sql).
+    delivery_stats_retention interval NOT NULL DEFAULT '14 days'
 );
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
@@ -90,6 +92,10 @@ BEGIN
        OR NEW.dead_letter_archive_after <= interval '0' OR NEW.consumer_dedupe_ttl < interval '0' THEN
         PERFORM wal_delivery.refuse_setting('retry_dlq_retention must be positive and at most 100 years, dead_letter_archive_after positive and consumer_dedupe_ttl not negative',
             format('%s, %s and %s', NEW.retry_dlq_retention, NEW.dead_letter_archive_after, NEW.consumer_dedupe_ttl), 'The defaults are 14 days, 10 days and 1 day.');
+    END IF;
+    IF NEW.delivery_stats_retention < interval '1 day' OR NEW.delivery_stats_retention > interval '1 year' THEN
+        PERFORM wal_delivery.refuse_setting('delivery_stats_retention must be 1 day to 1 year',
+            NEW.delivery_stats_retention::text, 'The default is 14 days; the console charts the last 6 hours.');
     END IF;
     IF NEW.dead_letter_archive_after >= NEW.retry_dlq_retention THEN
         PERFORM wal_delivery.refuse_setting('dead_letter_archive_after must be shorter than retry_dlq_retention',

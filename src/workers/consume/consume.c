@@ -301,6 +301,7 @@ open_delivery_state(consumer_state *st)
 	st->tracker = tracker_new();
 	snprintf(holder, sizeof(holder), "consume:%d", (int) getpid());
 	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder, false);
+	st->stats = delivery_stats_start(st->opts->conninfo, st->opts->role);
 }
 
 /* Transfers running or queued and hand-offs not yet acknowledged: the loop must not sleep. */
@@ -395,6 +396,7 @@ shut_down(consumer_state *st)
 	tracker_free(st->tracker);
 	dedupe_free(st->dedupe);
 	pause_state_free(st->pauses);
+	delivery_stats_stop(st->stats);
 	config_watch_stop(st->watch);
 }
 

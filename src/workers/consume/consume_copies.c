@@ -81,6 +81,9 @@ hand_off(consumer_state *st, record_copy *copy, handoff_target target, const cha
 	const char *labels[] = {copy->destination, handoff_target_name(target)};
 
 	metric_add(st->failures, 1, labels);
+	if (target == HANDOFF_DLQ)
+		delivery_stats_count(st->stats, copy->shared->msg.source_topic, copy->destination,
+							 STAT_DEAD_LETTERED);
 	log_message(LOG_INFO, &copy->shared->msg, "event=hand_off destination=%s to=%s error=\"%s\"",
 				copy->destination, handoff_target_name(target), error);
 	handoff_send(st->handoff, config_watch_current(st->watch), d, copy->destination,
@@ -153,6 +156,8 @@ on_http_done(void *opaque, const http_result *result)
 		const char *labels[] = {copy->destination};
 
 		metric_add(st->delivered, 1, labels);
+		delivery_stats_count(st->stats, copy->shared->msg.source_topic, copy->destination,
+							 STAT_DELIVERED);
 		dedupe_remember_pair(st->dedupe, copy->dedupe, now_ms());
 		log_message(LOG_DEBUG, &copy->shared->msg,
 					"event=delivered destination=%s status=%ld ms=%ld", copy->destination,
@@ -160,6 +165,7 @@ on_http_done(void *opaque, const http_result *result)
 		copy_done(st, copy);
 		return;
 	}
+	delivery_stats_count(st->stats, copy->shared->msg.source_topic, copy->destination, STAT_FAILED);
 	snprintf(error, sizeof(error), "%s", result->error);
 	hand_off(st, copy, outcome == DELIVERY_TRANSIENT ? HANDOFF_RETRY_STEP_1 : HANDOFF_DLQ, error,
 			 outcome == DELIVERY_TRANSIENT ? parse_retry_after(result->retry_after, time(NULL))

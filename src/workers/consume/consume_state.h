@@ -13,6 +13,7 @@
 
 #include "common/admin_server.h"
 #include "common/config_watch.h"
+#include "common/delivery_stats.h"
 #include "common/handoff.h"
 #include "common/http_delivery.h"
 #include "common/metrics.h"
@@ -30,8 +31,9 @@ typedef struct consumer_state
 	dedupe_set *dedupe;
 	offset_tracker *tracker;
 	admin_server *admin;
-	pause_state *pauses; /* destinations paused by the retry consumers */
-	char **subscribed;   /* topics currently subscribed */
+	pause_state *pauses;   /* destinations paused by the retry consumers */
+	delivery_stats *stats; /* per-topic counts for the console */
+	char **subscribed;     /* topics currently subscribed */
 	int n_subscribed;
 	bool paused;
 	bool assigned;

@@ -400,6 +400,7 @@ open_shared_state(retry_state *st)
 
 	snprintf(holder, sizeof(holder), "retry:%d", (int) getpid());
 	st->pauses = pause_state_new(st->opts, config_watch_current(st->watch), holder, true);
+	st->stats = delivery_stats_start(st->opts->conninfo, st->opts->role);
 	st->tracker = tracker_new();
 }
 
@@ -510,6 +511,7 @@ shut_down(retry_state *st)
 	free_lanes_and_dests(st);
 	tracker_free(st->tracker);
 	pause_state_free(st->pauses);
+	delivery_stats_stop(st->stats);
 	if (st->admin)
 		admin_server_stop(st->admin);
 	config_watch_stop(st->watch);

@@ -50,6 +50,9 @@ hand_off(retry_state *st, queued *q, handoff_target target, int attempts, long n
 	const char *labels[] = {q->m.destination ? q->m.destination : "", handoff_target_name(target)};
 
 	metric_add(st->handed_off, 1, labels);
+	if (target == HANDOFF_DLQ)
+		delivery_stats_count(st->stats, q->m.msg.source_topic, q->m.destination,
+							 STAT_DEAD_LETTERED);
 	log_message(LOG_INFO, &q->m.msg,
 				"event=hand_off destination=%s from=retry.%d to=%s error=\"%s\"", labels[0],
 				q->m.step, handoff_target_name(target), q->error);
@@ -137,12 +140,14 @@ on_http_done(void *opaque, const http_result *result)
 	{
 		ss->consecutive_failures = 0;
 		ss->delivered++;
+		delivery_stats_count(st->stats, q->m.msg.source_topic, ds->name, STAT_DELIVERED);
 		ss->last_success_at = wall_ms();
 		metric_add(st->delivered, 1, (const char *const[]){ds->name, q->lane->topic});
 	}
 	else
 	{
 		ss->failed++;
+		delivery_stats_count(st->stats, q->m.msg.source_topic, ds->name, STAT_FAILED);
 		ss->last_error_at = wall_ms();
 		snprintf(ss->last_error, sizeof(ss->last_error), "%s", q->error);
 		metric_add(st->failed, 1,

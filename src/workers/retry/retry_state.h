@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/offset_tracker.h"
 #include "retry/partition_backlog.h"
+#include "common/delivery_stats.h"
 #include "common/pause_state.h"
 #include "retry/retry_message.h"
 
@@ -81,6 +82,7 @@ typedef struct retry_state
 	const worker_options *opts;
 	config_watch *watch;
 	pause_state *pauses;
+	delivery_stats *stats; /* per-topic counts for the console */
 	rd_kafka_t *consumer;
 	http_engine *http;
 	handoff_producer *handoff;
