@@ -14,7 +14,7 @@ SELECT t.name AS topic,
        coalesce(r.delivered_5m, 0) AS delivered_5m,
        coalesce(r.failed_5m, 0) AS failed_5m,
        coalesce(r.dead_lettered_5m, 0) AS dead_lettered_5m,
-       round(coalesce(r.delivered_5m, 0) / r.window_seconds, 2) AS delivered_per_second,
+       coalesce(round(r.delivered_5m / r.window_seconds, 3), 0) AS delivered_per_second,
        coalesce(r.failed_last_hour, 0) AS failed_last_hour,
        (SELECT count(*) FROM wal_delivery.dead_letters d
          WHERE d.topic = t.name AND d.resolved_at IS NULL) AS unresolved_dead_letters,

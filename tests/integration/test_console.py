@@ -1,15 +1,18 @@
 """`wal-worker console` over HTTP (the browser tests are test_console_browser.py): each
 role sees and does exactly what its grants allow; sign-in, sessions, CSRF, Origin and the
 failed sign-in limit; the headers of every answer; keyset pages; payloads shown as text
-or hex and cut with a download; every change audited with who. Needs no Kafka: dead
-letters are written with ingest_dead_letter, as the dlq worker writes them."""
+or hex and cut with a download; every change audited with who; the archive paged by
+keyset. Dead letters are written with ingest_dead_letter, as the dlq worker writes them;
+only the per-topic rates need Kafka (a real `consume` delivering to a real destination)."""
 import json
 import time
 
 import pytest
 
-from conftest import connect
+from conftest import Destination, connect
 from console_helpers import PASSWORD, TRUSTED_LOGIN, Client, Console, ensure_logins
+from consumer_helpers import Worker, add_destination, wait_published
+from relay_helpers import make_topic, wait_all_stored, wait_until
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
@@ -271,3 +274,88 @@ def test_bulk_actions_pause_and_resume_are_audited_with_who(console, topic_and_d
         rows = conn.execute("SELECT who, action, count, target FROM wal_delivery.audit_log"
                             " WHERE target->'ids' @> %s::jsonb ORDER BY id", (json.dumps(ids[:1]),)).fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [("console_oncall", "resolve", 3), ("console_oncall", "resolve", 0)]
+
+
+def test_per_topic_rates_show_a_real_failure_and_a_real_delivery(tmp_path, kafka_bootstrap, console, unique,
+                                                                 clean_destinations):
+    """A record the destination refuses (400: a failed attempt, then the DLQ) and one it
+    takes, through a real `consume`: both reach delivery_stats and the overview's rates
+    and chart. While Postgres refuses the counts (the worker's grant revoked) they stay in
+    the worker and arrive with a later flush; delivery does not wait for them."""
+    topic, dest = f"rates.{unique}", f"rates-{unique}"
+    server = Destination(tmp_path)
+    server.behave(status=400)
+    worker = None
+    try:
+        with connect() as conn:
+            conn.execute("REVOKE EXECUTE ON FUNCTION wal_delivery.add_delivery_stats(jsonb) FROM wal_delivery_worker")
+            make_topic(conn, topic)
+            add_destination(conn, dest, server.url + "/hook", [topic])
+            conn.execute("SELECT wal_enqueue(%s, '{\"n\": 1}'::jsonb, 'refused')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            wait_published(conn)
+        worker = Worker(tmp_path, "consume", kafka_bootstrap=kafka_bootstrap)
+        server.wait_for(1, path="/hook", timeout=60)
+        server.behave(status=200)
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue(%s, '{\"n\": 2}'::jsonb, 'taken')", (topic,))
+        server.wait_for(2, path="/hook", timeout=60)
+        wait_until(lambda: worker.metric("wal_delivery_stats_flushes_total", result="failed") >= 1, 30,
+                   what="a refused flush")
+        with connect() as conn:
+            assert conn.execute("SELECT count(*) FROM wal_delivery.delivery_stats WHERE topic = %s",
+                                (topic,)).fetchone()[0] == 0
+            conn.execute("GRANT EXECUTE ON FUNCTION wal_delivery.add_delivery_stats(jsonb) TO wal_delivery_worker")
+        c = Client(console)
+        c.sign_in("console_oncall")
+
+        def topic_row():
+            o = c.get("/api/overview")[1]
+            row = next(t for t in o["topics"] if t["topic"] == topic)
+            return row if row["delivered_5m"] == 1 else None
+        row = wait_until(topic_row, 30, what="the counts kept through the refused flush")
+        assert (row["delivered_5m"], row["failed_5m"], row["dead_lettered_5m"], row["failed_last_hour"]) == (1, 1, 1, 1)
+        assert float(row["delivered_per_second"]) > 0
+        o = c.get("/api/overview")[1]
+        d = next(d for d in o["destinations"] if d["destination"] == dest)
+        assert (d["delivered_5m"], d["failed_5m"], d["dead_lettered_last_hour"]) == (1, 1, 1)
+        chart = [b for b in o["deliveries_per_5_minutes"] if b["topic"] == topic]
+        assert sum(b["delivered"] for b in chart) == 1 and sum(b["failed"] for b in chart) == 1
+        assert "deliveries_per_5_minutes" in o and c.get("/api/overview?chart=no")[1]["deliveries_per_5_minutes"] is None
+        assert worker.metric("wal_delivery_stats_dropped_total") == 0
+    finally:
+        with connect() as conn:
+            conn.execute("GRANT EXECUTE ON FUNCTION wal_delivery.add_delivery_stats(jsonb) TO wal_delivery_worker")
+            conn.execute("DELETE FROM wal_delivery.delivery_stats WHERE topic = %s", (topic,))
+        if worker:
+            worker.stop()
+        server.stop()
+
+
+def test_the_archive_pages_by_keyset(console):
+    """Objects newest day first, then by key; every object once however the pages fall,
+    and a page after the last is empty."""
+    objects = [(f"console-test/{day:02d}/{n}.ndjson.gz", f"2026-01-{day:02d}") for day in (3, 1, 2) for n in (1, 2, 3)]
+    with connect() as conn:
+        for obj, day in objects:
+            conn.execute("INSERT INTO wal_delivery.archive_objects (object, day, first_id, last_id, entries)"
+                         " VALUES (%s, %s, 1, 2, 2) ON CONFLICT DO NOTHING", (obj, day))
+    try:
+        c = Client(console)
+        c.sign_in("console_oncall")
+        got, q = [], "limit=4"
+        while True:
+            status, page = c.get("/api/archive?" + q)
+            assert status == 200
+            got += [o["object"] for o in page["objects"] if o["object"].startswith("console-test/")]
+            if page["next"] is None:
+                break
+            q = f"limit=4&before_day={page['next']['day']}&before_object={page['next']['object']}"
+        mine = sorted(objects, key=lambda o: (o[1], o[0]), reverse=True)
+        assert got == [o for o, _ in mine]
+        assert c.get("/api/archive?before_day=2026-01-01")[0] == 400, "day and object together"
+        assert c.get("/api/archive?limit=0")[0] == 400
+        assert c.get("/api/archive?before_day=nope&before_object=x")[0] == 400
+    finally:
+        with connect() as conn:
+            conn.execute("DELETE FROM wal_delivery.archive_objects WHERE object LIKE 'console-test/%'")

@@ -9,7 +9,6 @@ saved under .cache/test-output/console/ (`make console-screenshots` copies them 
 docs/console/)."""
 import json
 import signal
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from consumer_helpers import Worker, add_destination, wait_published
 from relay_helpers import make_topic, wait_all_stored, wait_until
 
 pytest.importorskip("selenium")
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -68,7 +68,9 @@ def go(driver, console, hash_):
 
 
 def confirm(driver, expect):
-    alert = WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert)
+    # The page may ask first (a bulk action by filter counts the matches): wait for it.
+    alert = WebDriverWait(driver, 10, ignored_exceptions=(NoAlertPresentException,)).until(
+        lambda d: d.switch_to.alert)
     assert alert.text == expect
     alert.accept()
 
@@ -103,7 +105,7 @@ def test_signin_as_each_role_and_what_each_sees(console, browser, unique):
     wait_for(browser, lambda d: d.find_element(By.ID, "topics"))
     assert browser.find_element(By.ID, "who-roles").text == "(wal_delivery_admin, wal_delivery_processor)"
     go(browser, console, "archive")
-    wait_for(browser, lambda d: d.find_element(By.ID, "archive"))
+    wait_for(browser, lambda d: d.find_element(By.ID, "archive-shown").text)
     screenshot(browser, "archive")
     browser.find_element(By.ID, "signout").click()
     wait_for(browser, lambda d: d.find_element(By.ID, "signin-page").is_displayed())
@@ -156,8 +158,6 @@ def test_a_real_dead_letter_is_inspected_replayed_and_delivered(tmp_path, kafka_
 
         sign_in(browser, console, "console_oncall")
         wait_for(browser, lambda d: d.find_element(By.ID, "topics"))
-        time.sleep(0.5)
-        screenshot(browser, "overview")
         go(browser, console, f"dead-letters?topic={topic}")
         row = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"tr[data-id='{dl}']"))
         assert row.find_element(By.CSS_SELECTOR, "td.key").text == key, "the key as text"
@@ -191,6 +191,23 @@ def test_a_real_dead_letter_is_inspected_replayed_and_delivered(tmp_path, kafka_
         wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "dd[data-field='resolution']").text
                  == "replayed through retry step 1")
         assert not browser.find_element(By.ID, "replay").is_enabled()
+
+        # The overview's rates: consume's refused attempt (failed, then the DLQ) and the
+        # retry worker's delivery of the replay, from delivery_stats (flushed every 10 s).
+        go(browser, console, "overview")
+        row = f"//table[@id='topics']//tr[td[1]='{topic}']"
+        cells = lambda d: [c.text for c in d.find_elements(By.XPATH, row + "/td")]  # noqa: E731
+        wait_for(browser, lambda d: cells(d)[4] == "1" and cells(d)[5] == "1", timeout=40)
+        assert float(cells(browser)[3]) > 0, "deliveries per second"
+        dest_row = f"//table[@id='destinations']//tr[td[1]='{dest}']/td"
+        assert [c.text for c in browser.find_elements(By.XPATH, dest_row)][5:8] == ["1", "1", "1"]
+        browser.refresh()  # the charts are drawn with the first refresh of the page
+        chart = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"div.topic-chart[data-topic='{topic}']"))
+        bars = chart.find_elements(By.CSS_SELECTOR, "svg rect")
+        assert len(bars) == 2 * 72, "6 hours of 5 minutes, deliveries and failures"
+        assert [b for b in bars if float(b.get_attribute("height")) > 0], "the delivery and the failure drawn"
+        nothing_ran(browser)
+        screenshot(browser, "overview")
     finally:
         for w in workers:
             w.stop(signal.SIGKILL, timeout=5)
@@ -270,6 +287,69 @@ def test_bulk_resolve_and_pause_and_resume(console, browser, topic_and_destinati
                             " ORDER BY id", (dest,)).fetchall() == [("pause",), ("resume",)]
 
 
+def test_bulk_replay_and_resolve_by_filter_with_the_count_confirmed(console, browser, topic_and_destination):
+    """Every unresolved dead letter the filter matches, however many pages: the
+    confirmation says how many, and the audit log has one entry with the filter."""
+    topic, dest = topic_and_destination
+    with connect() as conn:
+        make_topic(conn, topic)
+        add_destination(conn, dest, "http://127.0.0.1:9/none", [topic])
+        ingest = ("SELECT wal_delivery.ingest_dead_letter('dlq', 4, %s + o, %s, 'filter-' || %s || o, %s, NULL,"
+                  " 'application/json', '{}', 1, 'HTTP 422', '{}') FROM generate_series(1, %s) o")
+        conn.execute(ingest, (5000000, topic, "a", dest, 3))
+    sign_in(browser, console, "console_oncall")
+    wait_for(browser, lambda d: d.find_element(By.ID, "topics"))
+    go(browser, console, f"dead-letters?topic={topic}")
+    wait_for(browser, lambda d: d.find_element(By.ID, "match-count").text == "3 match")
+    browser.find_element(By.ID, "filter-replay").click()
+    confirm(browser, f"Replay all 3 unresolved dead letters matching topic {topic}?")
+    wait_for(browser, lambda d: status_text(d) == f"Replayed 3 dead letters matching topic {topic}.")
+    with connect() as conn:
+        conn.execute(ingest, (5100000, topic, "b", dest, 2))
+    go(browser, console, f"dead-letters?topic={topic}&destination={dest}")
+    wait_for(browser, lambda d: d.find_element(By.ID, "match-count").text == "5 match")
+    browser.find_element(By.ID, "filter-resolve").click()
+    wait_for(browser, lambda d: status_text(d) == "Resolving needs a note saying how they were handled.")
+    browser.find_element(By.ID, "bulk-note").send_keys("bad batch, sent again by hand")
+    browser.find_element(By.ID, "filter-resolve").click()
+    confirm(browser, f"Resolve all 5 unresolved dead letters matching topic {topic}, destination {dest}?")
+    wait_for(browser, lambda d: status_text(d) == f"Resolved 5 dead letters matching topic {topic}, destination {dest}.")
+    go(browser, console, f"dead-letters?topic={topic}&reason=422")
+    wait_for(browser, lambda d: d.find_element(By.ID, "match-count").text == "0 match")
+    browser.find_element(By.ID, "filter-replay").click()
+    wait_for(browser, lambda d: "clear reason" in status_text(d))
+    with connect() as conn:
+        assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters WHERE topic = %s AND resolution"
+                            " = 'bad batch, sent again by hand'", (topic,)).fetchone()[0] == 5
+        assert conn.execute("SELECT who, action, count, target - 'note' FROM wal_delivery.audit_log"
+                            " WHERE target->>'topic' = %s ORDER BY id", (topic,)).fetchall() == [
+            ("console_oncall", "replay", 3, {"topic": topic}),
+            ("console_oncall", "resolve", 5, {"topic": topic, "destination": dest})]
+
+
+def test_the_archive_pages_by_keyset(console, browser):
+    objects = [f"console-browser/{n:03d}.ndjson.gz" for n in range(130)]
+    with connect() as conn:
+        for n, obj in enumerate(objects):
+            conn.execute("INSERT INTO wal_delivery.archive_objects (object, day, first_id, last_id, entries)"
+                         " VALUES (%s, date '2030-01-01' + %s, %s, %s, 10) ON CONFLICT DO NOTHING",
+                         (obj, n // 10, n * 10 + 1, n * 10 + 10))
+    try:
+        sign_in(browser, console, "console_oncall")
+        wait_for(browser, lambda d: d.find_element(By.ID, "topics"))
+        go(browser, console, "archive")
+        shown = lambda d: [r.get_attribute("data-object") for r in d.find_elements(By.CSS_SELECTOR, "#archive-rows tr")]  # noqa: E731
+        wait_for(browser, lambda d: len(shown(d)) == 100)
+        assert shown(browser)[:2] == [objects[129], objects[128]], "the newest day first"
+        browser.find_element(By.ID, "archive-more").click()
+        wait_for(browser, lambda d: len(shown(d)) >= 130)
+        mine = [o for o in shown(browser) if o.startswith("console-browser/")]
+        assert mine == objects[::-1], "every object once, in order"
+    finally:
+        with connect() as conn:
+            conn.execute("DELETE FROM wal_delivery.archive_objects WHERE object LIKE 'console-browser/%'")
+
+
 def test_forged_requests_and_a_session_after_signout_change_nothing(tmp_path, console, browser,
                                                                    topic_and_destination):
     topic, dest = topic_and_destination
@@ -317,7 +397,7 @@ def test_the_overview_refreshes_without_a_reload(console, browser, topic_and_des
     with connect() as conn:
         make_topic(conn, topic)
     sign_in(browser, console, "console_oncall")
-    cell = f"//table[@id='topics']//tr[td[1]='{topic}']/td[4]"
+    cell = f"//table[@id='topics']//tr[td[1]='{topic}']/td[8]"
     wait_for(browser, lambda d: d.find_element(By.XPATH, cell).text == "0")
     browser.execute_script("window.__same_page = true")
     with connect() as conn:

@@ -11,7 +11,9 @@
  * each as {"error": message, "sqlstate": code, "hint": hint}. A connection the server
  * closed ends the session (401: sign in again).
  *
- *   GET  /api/overview[?chart=no]           topics, destinations, dead letters per hour
+ *   GET  /api/overview[?chart=no]           topics and destinations with their rates; the
+ *                                           charts: dead letters per hour, deliveries per
+ *                                           5 minutes (delivery_stats)
  *   GET  /api/dead-letters?FILTERS&before=ID&limit=N
  *                                           newest first, by keyset (id < before)
  *   GET  /api/dead-letters/count?FILTERS    how many match (for a bulk action's confirmation)
@@ -25,7 +27,8 @@
  *   GET  /api/destinations/NAME             its status, retry steps, pause history, dead letters
  *   POST /api/destinations/NAME/pause       {"reason"}: hold_destination
  *   POST /api/destinations/NAME/resume      resume_destination
- *   GET  /api/archive                       archive objects by day, the newest 500
+ *   GET  /api/archive?before_day=D&before_object=K&limit=N
+ *                                           archive objects, newest day first, by keyset
  *   POST /api/archive/restore               {"object"}: restore_dead_letters
  *   GET  /api/audit?before=ID               the audit log, newest first
  * FILTERS: topic, destination, reason (a part of last_error), since, until (timestamps),
@@ -43,6 +46,8 @@
 #define CONSOLE_BULK_IDS_MAX  1000
 /* Unresolved dead letters per topic are counted up to this (console_api_overview). */
 #define CONSOLE_COUNT_CAP "10001"
+/* The overview's delivery charts cover this many hours, per 5 minutes. */
+#define CONSOLE_CHART_HOURS "6"
 
 /* r->session is set (signed in); POSTs passed the CSRF and Origin checks. */
 void console_api_dispatch(console_request *r, console_answer *a);

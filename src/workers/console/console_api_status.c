@@ -3,6 +3,7 @@
  * overview, destinations with pause and resume, the archive and the audit log.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "console/console_api.h"
@@ -10,9 +11,12 @@
 /*
  * The overview. Unresolved dead letters are counted up to CONSOLE_COUNT_CAP per topic
  * (the page shows more as "10,000+"): past that the number changes nothing on-call
- * does, and counting a million entries on every refresh would. The chart (dead letters
- * per topic and hour over 24 hours, from failed_at's index) is left out with chart=no,
- * which the page sends on most refreshes.
+ * does, and counting a million entries on every refresh would. Rates come from
+ * delivery_stats (topic_status, delivery_rates: the last hour of minutes). The charts
+ * are left out with chart=no, which the page sends on most refreshes: dead letters per
+ * topic and hour over 24 hours (failed_at's index), and deliveries, failed attempts and
+ * dead-lettered copies per topic and 5 minutes over CONSOLE_CHART_HOURS hours
+ * (delivery_stats's primary key, minutes first).
  */
 void
 console_api_overview(console_request *r, console_answer *a)
@@ -26,26 +30,50 @@ console_api_overview(console_request *r, console_answer *a)
 	console_answer_query(
 		r, a,
 		"SELECT json_build_object('now', now(), 'count_cap', " CONSOLE_COUNT_CAP ","
+		" 'chart_hours', " CONSOLE_CHART_HOURS ","
 		" 'topics', (SELECT coalesce(json_agg(json_build_object("
 		"   'topic', t.topic, 'waiting', t.waiting, 'oldest_waiting_age', t.oldest_waiting_age,"
+		"   'delivered_5m', t.delivered_5m, 'failed_5m', t.failed_5m,"
+		"   'dead_lettered_5m', t.dead_lettered_5m,"
+		"   'delivered_per_second', t.delivered_per_second,"
+		"   'failed_last_hour', t.failed_last_hour,"
 		"   'dead_letters_last_hour', t.dead_letters_last_hour,"
 		"   'unresolved_dead_letters', (SELECT count(*) FROM (SELECT 1 FROM"
 		"     wal_delivery.dead_letters d WHERE d.topic = t.topic AND d.resolved_at IS NULL"
 		"     LIMIT " CONSOLE_COUNT_CAP ") c)) ORDER BY t.topic), '[]')"
 		"   FROM wal_delivery.topic_status t),"
 		" 'destinations', (SELECT coalesce(json_agg(json_build_object("
-		"   'destination', destination, 'breaker', breaker, 'since', since,"
-		"   'next_probe_at', next_probe_at, 'pause_reason', left(pause_reason, 300),"
-		"   'backlog', backlog, 'consecutive_failures', consecutive_failures,"
-		"   'delivered', delivered, 'failed', failed, 'last_error', left(last_error, 300),"
-		"   'last_error_at', last_error_at, 'last_success_at', last_success_at)"
-		"   ORDER BY destination), '[]') FROM wal_delivery.destination_status),"
+		"   'destination', s.destination, 'breaker', s.breaker, 'since', s.since,"
+		"   'next_probe_at', s.next_probe_at, 'pause_reason', left(s.pause_reason, 300),"
+		"   'backlog', s.backlog, 'consecutive_failures', s.consecutive_failures,"
+		"   'delivered', s.delivered, 'failed', s.failed, 'last_error', left(s.last_error, 300),"
+		"   'last_error_at', s.last_error_at, 'last_success_at', s.last_success_at,"
+		"   'delivered_5m', coalesce(dr.delivered_5m, 0), 'failed_5m', coalesce(dr.failed_5m, 0),"
+		"   'delivered_per_second', round(coalesce(dr.delivered_5m / dr.window_seconds, 0), 3),"
+		"   'failed_last_hour', coalesce(dr.failed_last_hour, 0),"
+		"   'dead_lettered_last_hour', coalesce(dr.dead_lettered_last_hour, 0))"
+		"   ORDER BY s.destination), '[]') FROM wal_delivery.destination_status s"
+		"   LEFT JOIN (SELECT destination, sum(delivered_5m) AS delivered_5m,"
+		"     sum(failed_5m) AS failed_5m, sum(failed_last_hour) AS failed_last_hour,"
+		"     sum(dead_lettered_last_hour) AS dead_lettered_last_hour,"
+		"     max(window_seconds) AS window_seconds"
+		"     FROM wal_delivery.delivery_rates GROUP BY destination) dr"
+		"   ON dr.destination = s.destination),"
 		" 'dead_letters_per_hour', CASE WHEN $1::boolean THEN (SELECT"
 		"   coalesce(json_agg(h ORDER BY h.hour, h.topic), '[]')"
 		"   FROM (SELECT date_trunc('hour', failed_at) AS hour, topic, count(*) AS dead_letters"
 		"           FROM wal_delivery.dead_letters"
 		"          WHERE failed_at >= date_trunc('hour', now()) - interval '23 hours'"
-		"          GROUP BY 1, 2) h) END)::text",
+		"          GROUP BY 1, 2) h) END,"
+		" 'deliveries_per_5_minutes', CASE WHEN $1::boolean THEN (SELECT"
+		"   coalesce(json_agg(b ORDER BY b.at, b.topic), '[]')"
+		"   FROM (SELECT date_bin('5 minutes', minute, timestamptz '2000-01-01 00:00Z') AS at,"
+		"                topic, sum(delivered) AS delivered, sum(failed) AS failed,"
+		"                sum(dead_lettered) AS dead_lettered"
+		"           FROM wal_delivery.delivery_stats"
+		"          WHERE minute >= date_bin('5 minutes', now(), timestamptz '2000-01-01 00:00Z')"
+		"                - interval '" CONSOLE_CHART_HOURS " hours' + interval '5 minutes'"
+		"          GROUP BY 1, 2) b) END)::text",
 		1, params);
 }
 
@@ -139,6 +167,44 @@ console_api_destinations(console_request *r, console_answer *a, const char *rest
 	json_decref(body);
 }
 
+/*
+ * The archive's objects, newest day first, by keyset: the next page starts after the
+ * last (day, object) shown (before_day and before_object), read from archive_objects's
+ * (day, object) index however deep.
+ */
+static void
+archive_list(console_request *r, console_answer *a)
+{
+	char day[32], object[1024], limit[16];
+	int got_day = console_query_arg(r, "before_day", day, sizeof(day));
+	int got_object = console_query_arg(r, "before_object", object, sizeof(object));
+	int got_limit = console_query_arg(r, "limit", limit, sizeof(limit));
+	char *end;
+	long n = got_limit > 0 ? strtol(limit, &end, 10) : 100;
+	const char *params[3];
+
+	if (got_day < 0 || got_object < 0 || (got_day > 0) != (got_object > 0))
+		return console_answer_error(a, 400,
+									"send before_day and before_object together: the last "
+									"object shown and its day");
+	if (got_limit < 0 || (got_limit > 0 && (*end != '\0' || n < 1 || n > CONSOLE_PAGE_MAX)))
+		return console_answer_error(a, 400, "limit must be 1 to %d", CONSOLE_PAGE_MAX);
+	snprintf(limit, sizeof(limit), "%ld", n);
+	params[0] = got_day > 0 ? day : NULL;
+	params[1] = got_object > 0 ? object : NULL;
+	params[2] = limit;
+	console_answer_query(
+		r, a,
+		"SELECT json_build_object('objects', coalesce(json_agg(o ORDER BY o.day DESC,"
+		" o.object DESC), '[]'), 'next', CASE WHEN count(*) = $3::int THEN (array_agg("
+		" json_build_object('day', o.day, 'object', o.object) ORDER BY o.day, o.object))[1]"
+		" END)::text FROM ("
+		" SELECT * FROM wal_delivery.archive_objects"
+		"  WHERE $1::date IS NULL OR (day, object) < ($1::date, $2::text)"
+		"  ORDER BY day DESC, object DESC LIMIT $3::int) o",
+		3, params);
+}
+
 void
 console_api_archive(console_request *r, console_answer *a, const char *rest)
 {
@@ -146,15 +212,7 @@ console_api_archive(console_request *r, console_answer *a, const char *rest)
 	json_t *body, *object;
 
 	if (rest[0] == '\0')
-	{
-		if (!get)
-			return console_answer_error(a, 405, "GET only");
-		return console_answer_query(
-			r, a,
-			"SELECT coalesce(json_agg(o ORDER BY o.day DESC, o.object), '[]')::text FROM ("
-			" SELECT * FROM wal_delivery.archive_objects ORDER BY day DESC, object LIMIT 500) o",
-			0, NULL);
-	}
+		return get ? archive_list(r, a) : console_answer_error(a, 405, "GET only");
 	if (strcmp(rest, "restore") != 0)
 		return console_answer_error(a, 404, "no such endpoint");
 	if (get)

@@ -5,7 +5,7 @@
 // forbids both), no library: plain DOM and SVG.
 'use strict';
 
-const state = { csrf: null, user: null, roles: [], timer: null, last: null };
+const state = { csrf: null, user: null, roles: [], timer: null };
 const REFRESH_MS = 5000;
 
 // ------------------------------------------------------------------ DOM helpers
@@ -180,26 +180,72 @@ function route() {
   (pages[parts[0]] || pages.overview)();
 }
 
-// Dead letters per hour over the last 24 hours, as SVG bars.
-function hourChart(id, perHour, now) {
-  const end = new Date(now);
-  end.setUTCMinutes(0, 0, 0);
-  const hours = [];
-  for (let i = 23; i >= 0; i--) hours.push(new Date(end.getTime() - i * 3600e3).getTime());
-  const counts = hours.map((h) => perHour.filter((p) => new Date(p.hour).getTime() === h)
-    .reduce((n, p) => n + Number(p.dead_letters), 0));
-  const max = Math.max(1, ...counts);
-  const W = 24 * 22, H = 120;
+// A bar chart in SVG: one bar per time slot (epoch ms), its value as the bar's tooltip,
+// a time label every `every` bars. Drawn with createElementNS: no inline script or style.
+function barChart(id, slots, values, opts) {
+  const max = Math.max(opts.min || 1, ...values);
+  const step = opts.barWidth + 2, W = slots.length * step, H = opts.height || 120;
   const chart = svg('svg', { id, class: 'chart', width: W + 40, height: H + 30, viewBox: `0 0 ${W + 40} ${H + 30}` });
-  chart.append(svg('text', { x: 2, y: 10, text: String(max) }));
-  counts.forEach((c, i) => {
-    const h = Math.round((c / max) * H);
-    const bar = svg('rect', { class: 'bar', x: 30 + i * 22, y: H - h + 12, width: 18, height: h });
-    bar.append(svg('title', { text: `${new Date(hours[i]).toISOString().slice(11, 16)}Z: ${c}` }));
+  chart.append(svg('text', { x: 2, y: 10, text: opts.format(max) }));
+  values.forEach((v, i) => {
+    const h = Math.round((v / max) * H);
+    const bar = svg('rect', { class: opts.cls || 'bar', x: 30 + i * step, y: H - h + 12, width: opts.barWidth, height: h });
+    bar.append(svg('title', { text: `${new Date(slots[i]).toISOString().slice(11, 16)}Z: ${opts.format(v)}` }));
     chart.append(bar);
-    if (i % 4 === 0) chart.append(svg('text', { x: 30 + i * 22, y: H + 26, text: new Date(hours[i]).toISOString().slice(11, 16) }));
+    if (i % opts.every === 0) chart.append(svg('text', { x: 30 + i * step, y: H + 26, text: new Date(slots[i]).toISOString().slice(11, 16) }));
   });
   return chart;
+}
+
+// The time slots of a chart: `n` slots of `ms` each, the last one holding `now`.
+function slotsUntil(now, ms, n) {
+  const last = Math.floor(new Date(now).getTime() / ms) * ms;
+  const slots = [];
+  for (let i = n - 1; i >= 0; i--) slots.push(last - i * ms);
+  return slots;
+}
+
+function sumAt(rows, slots, key, field) {
+  const by = new Map();
+  for (const r of rows) {
+    const t = new Date(r[key]).getTime();
+    by.set(t, (by.get(t) || 0) + Number(r[field]));
+  }
+  return slots.map((t) => by.get(t) || 0);
+}
+
+// Dead letters per hour over the last 24 hours, all topics.
+function hourChart(id, perHour, now) {
+  const slots = slotsUntil(now, 3600e3, 24);
+  return barChart(id, slots, sumAt(perHour, slots, 'hour', 'dead_letters'), { barWidth: 20, every: 4, format: String });
+}
+
+// Per topic over the last hours, per 5 minutes: deliveries per second and failed attempts.
+// The busiest topics first, at most 8 (the tables above list them all).
+function topicCharts(o) {
+  const hours = Number(o.chart_hours) || 6;
+  const slots = slotsUntil(o.now, 300e3, hours * 12);
+  const byTopic = new Map();
+  for (const b of o.deliveries_per_5_minutes) {
+    if (!byTopic.has(b.topic)) byTopic.set(b.topic, []);
+    byTopic.get(b.topic).push(b);
+  }
+  const total = (rows) => rows.reduce((n, b) => n + Number(b.delivered) + Number(b.failed), 0);
+  const topics = [...byTopic.entries()].sort((x, y) => total(y[1]) - total(x[1])).slice(0, 8);
+  const box = el('div', { id: 'topic-charts' });
+  if (!topics.length) box.append(el('p', { class: 'muted', text: `No deliveries in the last ${hours} hours.` }));
+  topics.forEach(([topic, rows], i) => {
+    box.append(el('div', { class: 'topic-chart', 'data-topic': topic },
+      el('h4', { text: topic }),
+      el('div', { class: 'chart-pair' },
+        el('figure', {}, el('figcaption', { text: 'deliveries per second' }),
+          barChart('chart-delivered-' + i, slots, sumAt(rows, slots, 'at', 'delivered').map((n) => n / 300),
+            { barWidth: 6, every: 12, cls: 'bar-ok', min: 0.01, format: (v) => v.toFixed(v < 10 ? 2 : 0) })),
+        el('figure', {}, el('figcaption', { text: 'failed attempts per 5 minutes' }),
+          barChart('chart-failed-' + i, slots, sumAt(rows, slots, 'at', 'failed'),
+            { barWidth: 6, every: 12, format: String })))));
+  });
+  return box;
 }
 
 function destinationLink(name) {
@@ -212,39 +258,48 @@ function breakerCell(d) {
 }
 
 async function overviewPage() {
-  const holder = page('Overview', el('p', { class: 'muted', text: 'Refreshes every 5 seconds.' }));
+  const holder = page('Overview', el('p', { class: 'muted', text: 'Refreshes every 5 seconds. Rates are over the last 5 minutes; counts reach the database up to 10 seconds late.' }));
   const body = el('div', { id: 'overview' });
   holder.append(body);
-  let chart = null, refreshes = 0;
+  let charts = null, hourly = null, refreshes = 0;
   const draw = async () => {
     let o;
-    // The chart counts a day of dead letters: once a minute is enough for it.
+    // The charts read hours of counts: once a minute is enough for them.
     const withChart = refreshes++ % 12 === 0;
     try { o = await api('GET', '/api/overview' + (withChart ? '' : '?chart=no')); } catch (err) { return failed(err); }
-    if (withChart) chart = hourChart('chart-dead-letters', o.dead_letters_per_hour, o.now);
+    if (withChart) {
+      hourly = hourChart('chart-dead-letters', o.dead_letters_per_hour, o.now);
+      charts = topicCharts(o);
+    }
     const capped = (n) => (Number(n) >= o.count_cap ? (o.count_cap - 1).toLocaleString('en') + '+' : String(n));
-    const prev = state.last;
-    state.last = { at: Date.now(), delivered: Object.fromEntries(o.destinations.map((d) => [d.destination, sum(d.delivered)])) };
     body.replaceChildren(
       el('h3', { text: 'Topics' }),
       table('topics', [
         { title: 'topic', key: 'topic' },
         { title: 'waiting to ship', key: 'waiting', cls: 'num' },
         { title: 'oldest waiting', cell: (t) => text(t.oldest_waiting_age) },
+        { title: 'delivered /s', key: 'delivered_per_second', cls: 'num' },
+        { title: 'delivered (5 min)', key: 'delivered_5m', cls: 'num' },
+        { title: 'failed attempts (5 min)', key: 'failed_5m', cls: 'num' },
+        { title: 'failed attempts (1 h)', key: 'failed_last_hour', cls: 'num' },
         { title: 'unresolved dead letters', cls: 'num', cell: (t) => el('a', { href: '#dead-letters?topic=' + encodeURIComponent(t.topic), text: capped(t.unresolved_dead_letters) }) },
         { title: 'dead letters last hour', key: 'dead_letters_last_hour', cls: 'num' },
       ], o.topics),
+      el('h3', { text: `Per topic, last ${o.chart_hours} hours per 5 minutes (UTC)` }),
+      charts,
       el('h3', { text: 'Dead letters per hour (all topics, UTC)' }),
-      chart,
+      hourly,
       el('h3', { text: 'Destinations' }),
       table('destinations', [
         { title: 'destination', cell: (d) => destinationLink(d.destination) },
         { title: 'state', cell: breakerCell },
         { title: 'since', cell: (d) => when(d.since) },
         { title: 'next probe', cell: (d) => d.breaker === 'closed' ? '' : (d.next_probe_at ? when(d.next_probe_at) : 'none: held until resumed') },
+        { title: 'delivered /s', key: 'delivered_per_second', cls: 'num' },
+        { title: 'failed attempts (5 min)', key: 'failed_5m', cls: 'num' },
+        { title: 'failed attempts (1 h)', key: 'failed_last_hour', cls: 'num' },
+        { title: 'dead-lettered (1 h)', key: 'dead_lettered_last_hour', cls: 'num' },
         { title: 'retry steps waiting (1/2/3)', cell: (d) => (d.backlog || []).map((n) => n === null ? '-' : n).join(' / ') },
-        { title: 'delivered by retries /s', cls: 'num', cell: (d) => rate(prev, d) },
-        { title: 'failed (1/2/3)', cell: (d) => (d.failed || []).map((n) => n === null ? '-' : n).join(' / ') },
         { title: 'last error', cls: 'error-text', cell: (d) => text(d.last_error) },
         { title: 'pause reason', cls: 'error-text', cell: (d) => text(d.pause_reason) },
       ], o.destinations),
@@ -252,14 +307,6 @@ async function overviewPage() {
   };
   await draw();
   state.timer = setInterval(draw, REFRESH_MS);
-}
-
-function sum(a) { return (a || []).reduce((n, v) => n + (v === null ? 0 : Number(v)), 0); }
-
-function rate(prev, d) {
-  if (!prev || prev.delivered[d.destination] === undefined) return '';
-  const secs = (Date.now() - prev.at) / 1000;
-  return secs > 0 ? ((sum(d.delivered) - prev.delivered[d.destination]) / secs).toFixed(1) : '';
 }
 
 const FILTERS = ['topic', 'destination', 'reason', 'since', 'until', 'key', 'state'];
@@ -296,6 +343,8 @@ async function deadLettersPage(query) {
     el('button', { type: 'button', id: 'select-all', text: 'Select all shown', onclick: () => { for (const c of document.querySelectorAll('input.pick')) c.checked = true; } }),
     el('button', { type: 'button', id: 'bulk-replay', text: 'Replay selected', onclick: () => bulk('replay', note.value) }),
     el('button', { type: 'button', id: 'bulk-resolve', text: 'Resolve selected', onclick: () => bulk('resolve', note.value) }),
+    el('button', { type: 'button', id: 'filter-replay', text: 'Replay all matching', onclick: () => bulkByFilter('replay', query, note.value) }),
+    el('button', { type: 'button', id: 'filter-resolve', text: 'Resolve all matching', onclick: () => bulkByFilter('resolve', query, note.value) }),
     note, ' ', count);
   const rows = el('tbody', { id: 'dead-letter-rows' });
   const more = el('button', { type: 'button', id: 'more', text: 'Older', hidden: true });
@@ -335,6 +384,30 @@ async function bulk(action, note) {
   try {
     const r = await api('POST', '/api/dead-letters/' + action, action === 'replay' ? { ids } : { ids, note });
     say(`${action === 'replay' ? 'Replayed' : 'Resolved'} ${r.count} of ${ids.length}.`, 'ok');
+    route();
+  } catch (err) { failed(err); }
+}
+
+// Replay or resolve every unresolved dead letter the filter matches, however many: the
+// API's bulk filter (topic, destination, since for replay, until). The confirmation says
+// how many match now; the answer says how many changed (audited as one entry).
+async function bulkByFilter(action, query, note) {
+  const filter = {};
+  for (const f of ['topic', 'destination', 'since', 'until']) if (query.get(f)) filter[f] = query.get(f);
+  const other = ['reason', 'key'].filter((f) => query.get(f));
+  if ((query.get('state') || 'unresolved') !== 'unresolved') other.push('state');
+  if (action === 'resolve' && filter.since) other.push('since');
+  if (other.length) return say(`${action === 'replay' ? 'Replay' : 'Resolve'} by filter takes topic, destination, ${action === 'replay' ? 'since, ' : ''}until and unresolved entries only; clear ${other.join(', ')} or select entries instead.`, 'error');
+  if (action === 'resolve' && !note.trim()) return say('Resolving needs a note saying how they were handled.', 'error');
+  const q = new URLSearchParams(filter);
+  let n;
+  try { n = (await api('GET', '/api/dead-letters/count?' + q.toString())).count; } catch (err) { return failed(err); }
+  if (!n) return say('No unresolved dead letter matches.', 'error');
+  const described = Object.keys(filter).length ? Object.entries(filter).map(([k, v]) => `${k} ${v}`).join(', ') : 'no filter: every unresolved dead letter';
+  if (!window.confirm(`${action === 'replay' ? 'Replay' : 'Resolve'} all ${n} unresolved dead letter${n === 1 ? '' : 's'} matching ${described}?`)) return;
+  try {
+    const r = await api('POST', '/api/dead-letters/' + action, action === 'replay' ? { filter } : { filter, note });
+    say(`${action === 'replay' ? 'Replayed' : 'Resolved'} ${r.count} dead letter${r.count === 1 ? '' : 's'} matching ${described}.`, 'ok');
     route();
   } catch (err) { failed(err); }
 }
@@ -442,19 +515,34 @@ async function destinationPage(name) {
     ], d.dead_letters));
 }
 
+// The archive's objects, newest day first, a page at a time by keyset (the last day and
+// object shown), like the dead letters.
 async function archivePage() {
-  let list;
-  try { list = await api('GET', '/api/archive'); } catch (err) { page('Archive'); return failed(err); }
+  const rows = el('tbody', { id: 'archive-rows' });
+  const more = el('button', { type: 'button', id: 'archive-more', text: 'Older', hidden: true });
+  const shown = el('p', { id: 'archive-shown', class: 'muted' });
   page('Archive', el('p', { class: 'muted', text: 'Objects in S3 that hold archived dead letters, by the day of their first entry.' }),
-    table('archive', [
-      { title: 'day', key: 'day' }, { title: 'object', key: 'object' },
-      { title: 'ids', cell: (o) => o.first_id + ' to ' + o.last_id }, { title: 'entries', key: 'entries', cls: 'num' },
-      { title: 'archived at', cell: (o) => when(o.archived_at) },
-      { title: '', cell: (o) => el('button', { type: 'button', class: 'restore', text: 'Restore', onclick: async () => {
-        if (!window.confirm('Restore ' + o.entries + ' dead letters from ' + o.object + '?')) return;
-        try { const r = await api('POST', '/api/archive/restore', { object: o.object }); say(`Restored ${r.restored}, reactivated ${r.reactivated}, already present ${r.already_present}.`, 'ok'); } catch (err) { failed(err); }
-      } }) },
-    ], list));
+    el('table', { id: 'archive' }, el('thead', {}, el('tr', {}, ...['day', 'object', 'ids', 'entries', 'archived at', ''].map((t) => el('th', { text: t })))), rows),
+    more, shown);
+  const load = async (next) => {
+    let res;
+    const q = next ? '?' + new URLSearchParams({ before_day: next.day, before_object: next.object }).toString() : '';
+    try { res = await api('GET', '/api/archive' + q); } catch (err) { return failed(err); }
+    for (const o of res.objects) {
+      rows.append(el('tr', { 'data-object': o.object },
+        el('td', { text: o.day }), el('td', { class: 'error-text', text: o.object }),
+        el('td', { text: o.first_id + ' to ' + o.last_id }), el('td', { class: 'num', text: o.entries }),
+        el('td', { text: when(o.archived_at) }),
+        el('td', {}, el('button', { type: 'button', class: 'restore', text: 'Restore', onclick: async () => {
+          if (!window.confirm('Restore ' + o.entries + ' dead letters from ' + o.object + '?')) return;
+          try { const r = await api('POST', '/api/archive/restore', { object: o.object }); say(`Restored ${r.restored}, reactivated ${r.reactivated}, already present ${r.already_present}.`, 'ok'); } catch (err) { failed(err); }
+        } }))));
+    }
+    more.hidden = !res.next;
+    more.onclick = () => load(res.next);
+    shown.textContent = `${rows.children.length} object${rows.children.length === 1 ? '' : 's'} shown` + (res.next ? '; older ones follow.' : '.');
+  };
+  await load(null);
 }
 
 async function auditPage() {
