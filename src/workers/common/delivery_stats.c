@@ -269,7 +269,9 @@ run(void *arg)
 			;
 		stopping = ds->stopping;
 		pthread_mutex_unlock(&ds->lock);
-		flush(ds);
+		/* Stopping with the database away: no connect timeout on the way out. */
+		if (!(stopping && ds->failing))
+			flush(ds);
 	}
 	return NULL;
 }

@@ -35,7 +35,7 @@ delivery_stats *delivery_stats_start(const char *conninfo, const char *role);
 void delivery_stats_count(delivery_stats *ds, const char *topic, const char *destination,
 						  delivery_stat_kind kind);
 
-/* Flushes once more (when connected) and stops the thread. NULL is fine. */
+/* Flushes once more (unless the last flush failed) and stops the thread. NULL is fine. */
 void delivery_stats_stop(delivery_stats *ds);
 
 #endif
