@@ -3334,7 +3334,7 @@ SELECT d.name AS destination,
 -- add_delivery_stats per process and flush: one upsert per key. The same call deletes
 -- minutes older than settings.delivery_stats_retention. Delivery never waits on this:
 -- counts that cannot be added are kept by the worker for a while, then dropped with a
--- metric and a log line, so a rate here may be low, never high.
+-- metric and a log line, so a rate here errs low (see docs/operations.md).
 --
 -- Words used below:
 --   delivered      attempts answered 2xx (consume's first attempts and retries)
