@@ -109,7 +109,7 @@ SELECT * FROM regress.try($$SELECT wal_delivery.add_delivery_stats('[{"minute": 
 SELECT * FROM regress.try($$SELECT wal_delivery.add_delivery_stats('{"delivered": 1}')$$);
 RESET ROLE;
 -- Added twice in one minute, one row; the unknown topic skipped; the minute older than
--- the retention (14 days) deleted by the same call.
+-- the retention (7 days) deleted by the same call.
 SELECT topic, destination, delivered, failed, dead_lettered, minute = date_trunc('minute', now()) AS this_minute
   FROM wal_delivery.delivery_stats ORDER BY minute;
 SELECT topic, delivered_5m, failed_5m, dead_lettered_5m, failed_last_hour

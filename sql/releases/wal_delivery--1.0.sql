@@ -182,7 +182,7 @@ CREATE TABLE wal_delivery.settings (
     -- The role SQL processors run as (processing.sql checks it); never the worker's own.
     processing_role text NOT NULL DEFAULT 'wal_delivery_processor',
     -- How long delivery_stats keeps its minutes (delivery_stats.sql).
-    delivery_stats_retention interval NOT NULL DEFAULT '14 days'
+    delivery_stats_retention interval NOT NULL DEFAULT '7 days'
 );
 -- Before the triggers below, so creating the extension bumps no version.
 INSERT INTO wal_delivery.settings DEFAULT VALUES;
@@ -246,7 +246,7 @@ BEGIN
     END IF;
     IF NEW.delivery_stats_retention < interval '1 day' OR NEW.delivery_stats_retention > interval '1 year' THEN
         PERFORM wal_delivery.refuse_setting('delivery_stats_retention must be 1 day to 1 year',
-            NEW.delivery_stats_retention::text, 'The default is 14 days; the console charts the last 6 hours.');
+            NEW.delivery_stats_retention::text, 'The default is 7 days; the console charts the last 6 hours.');
     END IF;
     IF NEW.dead_letter_archive_after >= NEW.retry_dlq_retention THEN
         PERFORM wal_delivery.refuse_setting('dead_letter_archive_after must be shorter than retry_dlq_retention',
