@@ -20,7 +20,7 @@ def c_string(path, start):
     with the macros it splices in (FILTER_SQL, CONSOLE_COUNT_CAP) expanded: the bench runs
     exactly the query the console runs."""
     text = open(os.path.join(sources, path)).read()
-    macros = {"CONSOLE_COUNT_CAP": "10001"}
+    macros = {"CONSOLE_COUNT_CAP": "10001", "CONSOLE_CHART_HOURS": "6"}
     if "#define FILTER_SQL" in text:
         define = text[text.index("#define FILTER_SQL"):text.index("typedef struct")]
         macros["FILTER_SQL"] = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', define))
@@ -83,7 +83,7 @@ list_sql = c_string("console_api_dead_letters.c", '"SELECT json_build_object(\'d
 # The entry 900,000 newest first (a deep page), and the plain OFFSET reading of it.
 deep = api("/api/dead-letters?state=all&limit=1")[1]["dead_letters"][0]["id"] - 900000
 cases = [
-    ("overview, with the 24-hour chart", "/api/overview", bind(overview_sql, ["t"])),
+    ("overview, with the charts", "/api/overview", bind(overview_sql, ["t"])),
     ("overview, counters only (most refreshes)", "/api/overview?chart=no", bind(overview_sql, ["f"])),
     ("dead letters, first page", "/api/dead-letters?limit=50",
      bind(list_sql, [None] * 6 + ["unresolved", None, "50"])),
