@@ -201,6 +201,18 @@ tracker_forget(offset_tracker *t, const rd_kafka_topic_partition_list_t *partiti
 	}
 }
 
+bool
+tracker_has_open(const offset_tracker *t, const rd_kafka_topic_partition_list_t *partitions)
+{
+	for (int i = 0; i < partitions->cnt; i++)
+		for (partition_state *p = t->partitions; p; p = p->next)
+			/* advance() keeps the head open: a partition with a head has open records. */
+			if (!p->forgotten && p->head && p->partition == partitions->elems[i].partition &&
+				strcmp(p->topic, partitions->elems[i].topic) == 0)
+				return true;
+	return false;
+}
+
 int
 tracker_open_records(const offset_tracker *t)
 {

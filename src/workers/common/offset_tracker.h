@@ -5,8 +5,9 @@
  * off to a retry step or the DLQ. Per partition, the committable offset is the low
  * watermark: one past the highest offset below which nothing is open, so with many
  * records in flight a slow copy holds back only its own partition's commit.
- * A revoked partition is forgotten at once; copies still in flight for it finish
- * without effect, and the new owner consumes from the last commit (at least once).
+ * A revoked partition is forgotten once the caller let its open records finish (or gave
+ * up waiting, tracker_has_open); copies still in flight for it then finish without
+ * effect, and the new owner consumes from the last commit (at least once).
  */
 #ifndef WAL_OFFSET_TRACKER_H
 #define WAL_OFFSET_TRACKER_H
@@ -50,6 +51,10 @@ void tracker_commit(offset_tracker *tracker, rd_kafka_t *consumer, bool all);
 /* Partitions revoked: commits what is done, then forgets them (the new owner re-reads). */
 void tracker_revoke(offset_tracker *tracker, rd_kafka_t *consumer,
 					const rd_kafka_topic_partition_list_t *partitions);
+
+/* Whether any of these partitions still has a record consumed and not yet done. */
+bool tracker_has_open(const offset_tracker *tracker,
+					  const rd_kafka_topic_partition_list_t *partitions);
 
 /* Records consumed but not yet done, across all partitions. */
 int tracker_open_records(const offset_tracker *tracker);

@@ -38,6 +38,8 @@
 #define COMMIT_INTERVAL_MS 1000
 #define DEDUPE_MAX_ENTRIES 200000
 #define POLL_BATCH         64 /* records taken per loop turn */
+/* How long a revoke waits for the revoked partitions' open records (see finish_revoked). */
+#define REVOKE_DRAIN_MS 10000
 
 /* ---------------------------------------------------------------- which destinations */
 
@@ -125,6 +127,35 @@ follow_subscriptions(consumer_state *st)
 
 /* ---------------------------------------------------------------- Kafka plumbing */
 
+/*
+ * Before giving partitions up, lets their open records finish (the transfers and the
+ * hand-offs move on; no new record is taken), so their offsets are committed and the new
+ * owner does not send them again: a rebalance by a member joining or leaving cleanly then
+ * duplicates nothing. The group waits for us meanwhile (up to max.poll.interval.ms), so
+ * the wait is bounded; what is still open after REVOKE_DRAIN_MS is consumed again by the
+ * new owner (at least once). Not while shutting down: the engine is gone, and the stop
+ * already had its drain.
+ */
+static void
+finish_revoked(consumer_state *st, const rd_kafka_topic_partition_list_t *parts)
+{
+	int64_t deadline = now_ms() + REVOKE_DRAIN_MS;
+
+	if (st->http == NULL || !tracker_has_open(st->tracker, parts))
+		return;
+	log_info("event=revoke_draining open_records=%d", tracker_open_records(st->tracker));
+	while (tracker_has_open(st->tracker, parts) && now_ms() < deadline)
+	{
+		http_engine_poll(st->http, 10);
+		handoff_poll(st->handoff);
+		pause_state_poll(st->pauses);
+	}
+	if (tracker_has_open(st->tracker, parts))
+		log_warn("event=revoke_drain_timeout open_records=%d msg=\"the new owner sends these "
+				 "again\"",
+				 tracker_open_records(st->tracker));
+}
+
 static void
 on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
 			 void *opaque)
@@ -138,6 +169,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		st->paused = false;
 		return;
 	}
+	finish_revoked(st, parts);
 	tracker_revoke(st->tracker, rk, parts);
 	log_info("event=revoked partitions=%d", parts->cnt);
 	rd_kafka_assign(rk, NULL);
@@ -387,6 +419,7 @@ static void
 shut_down(consumer_state *st)
 {
 	http_engine_free(st->http);
+	st->http = NULL; /* the revoke that closing the consumer brings must not use it */
 	tracker_commit(st->tracker, st->consumer, true);
 	role_close_consumer(st->consumer);
 	handoff_producer_free(st->handoff);
