@@ -149,3 +149,101 @@ def test_members_joining_and_leaving_lose_nothing_and_duplicate_only_a_kill9s_un
         for w in started:
             w.stop(signal.SIGKILL, timeout=5)
         d.stop()
+
+
+RETRY_GROUP = "wal_delivery.retry"
+RETRY_DESTINATIONS = 6  # each owns one partition of each retry step: 6 to share out
+RETRY_RECORDS = 1000
+RETRY_LATENCY_MS = 100  # six destinations at once: slower, so the backlog lasts
+
+
+def test_retry_consumers_joining_and_leaving_lose_nothing_and_duplicate_only_at_a_kill9(
+        tmp_path, kafka_bootstrap, unique):
+    """Copies parked in retry step 1 for six destinations, then retry consumers join and
+    leave while the copies are due. Every copy reaches its destination; a copy is attempted
+    twice only across the kill -9 (its first attempt before it, the second after)."""
+    topic = f"rbr.{unique}"
+    d = Destination(tmp_path)
+    d.behave(status=503)
+    started = []
+
+    def start(role, *args):
+        w = Worker(tmp_path, role, "--time-scale", "10", *args, kafka_bootstrap=kafka_bootstrap)
+        started.append(w)
+        return w
+
+    try:
+        with connect() as conn:
+            make_topic(conn, topic, partitions=PARTITIONS)
+            for i in range(RETRY_DESTINATIONS):
+                # 5 s at scale 1: due half a second after the hand-off; never paused.
+                add_destination(conn, f"rbr{i}-{unique}", f"{d.url}/d{i}", [topic],
+                                max_in_flight=MAX_IN_FLIGHT, pause_after_failures=1000000,
+                                retry_delays="{5 seconds,5 seconds,5 seconds}")
+            keys = [f"k{i}" for i in range(RETRY_RECORDS)]
+            conn.execute("SELECT wal_enqueue_batch(%s, array_agg(jsonb_build_object('i', i)),"
+                         " array_agg('k' || i)) FROM generate_series(0, %s - 1) i",
+                         (topic, RETRY_RECORDS))
+            wait_all_stored(conn, topic, RETRY_RECORDS)
+            wait_published(conn)
+        # Every copy fails once at the main consumer and is parked in step 1.
+        consume = start("consume")
+        wait_group_caught_up(kafka_bootstrap, GROUP, topic, timeout=120)
+        assert consume.stop(signal.SIGTERM) == 0
+        d.behave(status=200, delay_ms=RETRY_LATENCY_MS)
+        healed = time.time()
+
+        def answered():
+            return [r for r in d.requests() if r["arrived_at"] >= healed]
+
+        def settled(members, before, more):
+            wait_until(lambda: all(assignments(w) > n for w, n in zip(members, before)), 60,
+                       what="the group to rebalance")
+            target = len(answered()) + more
+            wait_until(lambda: len(answered()) >= target, 60, what=f"{more} more attempts")
+
+        steps = []
+        a, b = start("retry"), start("retry")
+        steps.append(("two members start", time.time()))
+        wait_until(lambda: len(answered()) >= 300, 60, what="the first attempts")
+        before = [assignments(a), assignments(b)]
+        steps.append(("a third joins", time.time()))
+        c = start("retry")
+        settled([a, b, c], [*before, 0], 300)
+        before = [assignments(a), assignments(c)]
+        steps.append(("kill -9 of one", time.time()))
+        b.stop(signal.SIGKILL)
+        settled([a, c], before, 300)
+        steps.append(("SIGTERM of another", time.time()))
+        total = RETRY_RECORDS * RETRY_DESTINATIONS
+        assert len({(r["path"], record_key(r)) for r in answered()}) < total, \
+            "every copy was delivered before the SIGTERM: nothing was in flight"
+        assert c.stop(signal.SIGTERM) == 0, c.output()[-2000:]
+        want = {(f"/d{i}", k) for i in range(RETRY_DESTINATIONS) for k in keys}
+        wait_until(lambda: {(r["path"], record_key(r)) for r in answered()} >= want, 120,
+                   what="every copy delivered from step 1")
+        time.sleep(2)  # a late duplicate would arrive here
+
+        first_seen, from_kill, other = {}, [], []
+        kill_t = dict(steps)["kill -9 of one"]
+        for r in sorted(answered(), key=lambda r: r["arrived_at"]):
+            copy = (r["path"], record_key(r))
+            if copy not in first_seen:
+                first_seen[copy] = r["arrived_at"]
+            elif first_seen[copy] < kill_t <= r["arrived_at"]:
+                from_kill.append(copy)
+            else:
+                other.append(copy)
+        report(f"retry rebalance, {total} copies in step 1 for {RETRY_DESTINATIONS} destinations,"
+               f" {RETRY_LATENCY_MS} ms answers: {len(from_kill) + len(other)} attempted twice,"
+               f" {len(from_kill)} of them across the kill -9")
+        print(f"attempted twice: {len(from_kill) + len(other)}; across the kill -9: {len(from_kill)};"
+              f" other: {len(other)}")
+        assert set(first_seen) == want
+        assert other == [], f"{len(other)} copies attempted twice without a kill, e.g. {other[:5]}"
+        per_member = MAX_IN_FLIGHT * 1000 / RETRY_LATENCY_MS * RETRY_DESTINATIONS
+        assert len(from_kill) <= MAX_IN_FLIGHT * RETRY_DESTINATIONS + per_member * COMMIT_INTERVAL_S * 2
+    finally:
+        for w in started:
+            w.stop(signal.SIGKILL, timeout=5)
+        d.stop()

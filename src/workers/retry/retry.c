@@ -301,6 +301,41 @@ adjust_fetching(retry_state *st)
 
 /* ---------------------------------------------------------------- Kafka plumbing */
 
+static int
+busy(const retry_state *st)
+{
+	return http_engine_pending(st->http, NULL) + handoff_pending(st->handoff);
+}
+
+/* How long a revoke waits for the attempts under way (see finish_attempts). */
+#define REVOKE_DRAIN_MS 10000
+
+/*
+ * Before giving partitions up, lets the attempts and hand-offs under way finish (no new
+ * attempt starts: dispatching runs in the loop, not here), so what they settle is
+ * committed and the new owner neither attempts it again nor finds it in two steps. Queued
+ * messages not yet due are dropped unsent by the revoke; the new owner reads them again.
+ * Bounded: the group waits for us meanwhile. Not while shutting down (the stop drained).
+ */
+static void
+finish_attempts(retry_state *st)
+{
+	int64_t deadline = now_ms() + REVOKE_DRAIN_MS;
+
+	if (st->http == NULL || busy(st) == 0)
+		return;
+	log_info("event=revoke_draining attempts=%d", busy(st));
+	while (busy(st) > 0 && now_ms() < deadline)
+	{
+		http_engine_poll(st->http, 10);
+		handoff_poll(st->handoff);
+	}
+	if (busy(st) > 0)
+		log_warn("event=revoke_drain_timeout attempts=%d msg=\"the new owner attempts these "
+				 "again\"",
+				 busy(st));
+}
+
 static void
 on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
 			 void *opaque)
@@ -321,6 +356,7 @@ on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_l
 		st->assigned = true;
 		return;
 	}
+	finish_attempts(st);
 	tracker_revoke(st->tracker, rk, parts);
 	for (int i = 0; i < parts->cnt; i++)
 	{
@@ -376,12 +412,6 @@ static char *
 retry_config_json(void *arg)
 {
 	return config_watch_json_for_peers(((retry_state *) arg)->watch);
-}
-
-static int
-busy(const retry_state *st)
-{
-	return http_engine_pending(st->http, NULL) + handoff_pending(st->handoff);
 }
 
 static void
@@ -504,6 +534,8 @@ shut_down(retry_state *st)
 {
 	http_engine_free(st->http);
 	handoff_producer_free(st->handoff);
+	st->http = NULL; /* the revoke that closing the consumer brings must not use them */
+	st->handoff = NULL;
 	tracker_commit(st->tracker, st->consumer, true);
 	rd_kafka_consumer_close(st->consumer); /* its revoke still updates the backlog list */
 	partition_backlog_stop(st->backlogs);
