@@ -7,6 +7,7 @@ records again, and only those the killed member had sent and not yet committed.
 
 Duplicates are counted at the destination by idempotency key; those the kill -9 explains
 are told apart by their offsets against the group's commit taken right before it."""
+import re
 import signal
 import time
 import uuid
@@ -148,6 +149,10 @@ def test_members_joining_and_leaving_lose_nothing_and_duplicate_only_a_kill9s_un
         assert other == [], (f"{len(other)} records were sent twice that the kill -9 does not explain,"
                              " e.g. (key, (partition, offset), committed before the kill,"
                              f" first seen - kill): {examples}")
+        # A revoke took back what was not sent and waited only for what was under way.
+        for w in started:
+            assert "event=revoke_drain_timeout" not in w.output()
+        assert any(re.search(r"event=revoke_draining .*withdrawn=[1-9]", w.output()) for w in started)
         per_member = MAX_IN_FLIGHT * 1000 / LATENCY_MS  # records/s one member can deliver
         bound = MAX_IN_FLIGHT + per_member * COMMIT_INTERVAL_S * 2  # x2: a late commit
         assert len(from_kill) <= bound

@@ -94,6 +94,7 @@ struct delivery_request
 	long long started_at_ms;
 	const char *start_error; /* why it could not start (a static string) */
 	bool held;               /* the start gate kept it from starting */
+	bool withdrawn;          /* http_engine_withdraw took it back unsent */
 };
 
 struct http_engine
@@ -447,6 +448,7 @@ complete_request(http_engine *engine, delivery_request *r, CURLcode curl_result,
 	result.curl_code = curl_result;
 	result.aborted = aborted;
 	result.held = r->held;
+	result.withdrawn = r->withdrawn;
 	result.queued_ms = (long) ((was_in_flight ? r->started_at_ms : now) - r->submitted_at_ms);
 	result.elapsed_ms = was_in_flight ? (long) (now - r->started_at_ms) : 0;
 	result.response_excerpt = was_in_flight ? t->response_excerpt : "";
@@ -518,6 +520,49 @@ complete_held_requests(http_engine *engine)
 				completed++;
 			}
 		}
+	return completed;
+}
+
+int
+http_engine_withdraw(http_engine *engine, http_keep_fn keep, void *arg)
+{
+	delivery_request *taken = NULL;
+	int completed = 0;
+
+	for (int b = 0; b < DESTINATION_BUCKETS; b++)
+		for (destination_state *d = engine->buckets[b]; d; d = d->next_in_bucket)
+		{
+			delivery_request **link = &d->waiting_head;
+
+			d->waiting_tail = NULL;
+			while (*link)
+			{
+				delivery_request *r = *link;
+
+				if (keep(arg, r->opaque))
+				{
+					d->waiting_tail = r;
+					link = &r->next_waiting;
+					continue;
+				}
+				*link = r->next_waiting;
+				d->waiting--;
+				engine->waiting--;
+				r->next_waiting = taken;
+				taken = r;
+			}
+		}
+	/* Completed after the walk: a done callback may queue new requests. */
+	while (taken)
+	{
+		delivery_request *r = taken;
+
+		taken = r->next_waiting;
+		r->withdrawn = true;
+		r->start_error = "withdrawn: taken back before it started";
+		complete_request(engine, r, CURLE_ABORTED_BY_CALLBACK, false);
+		completed++;
+	}
 	return completed;
 }
 

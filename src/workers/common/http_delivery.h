@@ -73,6 +73,7 @@ typedef struct
 	const char *response_excerpt; /* the answer body's first bytes, for logs ("" if none) */
 	bool aborted;                 /* completed by http_engine_free, never answered */
 	bool held;                    /* never started: the start gate closed its destination */
+	bool withdrawn;               /* never started: taken back by http_engine_withdraw */
 } http_result;
 
 typedef void (*http_done_fn)(void *opaque, const http_result *result);
@@ -108,6 +109,14 @@ int http_engine_poll(http_engine *engine, int timeout_ms);
  */
 typedef bool (*http_start_gate_fn)(void *arg, const char *destination);
 void http_engine_set_start_gate(http_engine *engine, http_start_gate_fn gate, void *arg);
+
+/*
+ * Takes back every waiting request (not yet started) for which keep(arg, its opaque) is
+ * false: each completes at once, never sent, with withdrawn = true; in flight ones run to
+ * their answer. Returns how many. Like http_engine_poll, it calls done, so not from done.
+ */
+typedef bool (*http_keep_fn)(void *arg, void *opaque);
+int http_engine_withdraw(http_engine *engine, http_keep_fn keep, void *arg);
 
 /* Makes a running or the next http_engine_poll return early; safe from any thread. */
 void http_engine_wakeup(http_engine *engine);

@@ -17,6 +17,7 @@ struct tracked_record
 	partition_state *partition;
 	int64_t offset;
 	int copies_left;
+	bool withdrawn; /* a copy was taken back unsent: never committable */
 	tracked_record *next;
 };
 
@@ -79,11 +80,12 @@ free_partition_if_unused(offset_tracker *t, partition_state *p)
 	free(p);
 }
 
-/* Pops done records off the head; the watermark follows the head. */
+/* Pops done records off the head; the watermark follows the head (and stops at a
+ * withdrawn one, which the partition's next owner must read again). */
 static void
 advance(partition_state *p)
 {
-	while (p->head && p->head->copies_left == 0)
+	while (p->head && p->head->copies_left == 0 && !p->head->withdrawn)
 	{
 		tracked_record *done = p->head;
 
@@ -206,10 +208,35 @@ tracker_has_open(const offset_tracker *t, const rd_kafka_topic_partition_list_t 
 {
 	for (int i = 0; i < partitions->cnt; i++)
 		for (partition_state *p = t->partitions; p; p = p->next)
-			/* advance() keeps the head open: a partition with a head has open records. */
-			if (!p->forgotten && p->head && p->partition == partitions->elems[i].partition &&
-				strcmp(p->topic, partitions->elems[i].topic) == 0)
-				return true;
+		{
+			if (p->forgotten || p->partition != partitions->elems[i].partition ||
+				strcmp(p->topic, partitions->elems[i].topic) != 0)
+				continue;
+			for (tracked_record *r = p->head; r; r = r->next)
+				if (r->copies_left > 0)
+					return true;
+		}
+	return false;
+}
+
+void
+tracker_copy_withdrawn(offset_tracker *t, tracked_record *r)
+{
+	if (r == NULL)
+		return;
+	r->withdrawn = true;
+	tracker_copy_done(t, r);
+}
+
+bool
+tracker_record_in(const tracked_record *r, const rd_kafka_topic_partition_list_t *partitions)
+{
+	if (r == NULL)
+		return false;
+	for (int i = 0; i < partitions->cnt; i++)
+		if (r->partition->partition == partitions->elems[i].partition &&
+			strcmp(r->partition->topic, partitions->elems[i].topic) == 0)
+			return true;
 	return false;
 }
 

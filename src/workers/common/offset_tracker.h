@@ -52,9 +52,18 @@ void tracker_commit(offset_tracker *tracker, rd_kafka_t *consumer, bool all);
 void tracker_revoke(offset_tracker *tracker, rd_kafka_t *consumer,
 					const rd_kafka_topic_partition_list_t *partitions);
 
-/* Whether any of these partitions still has a record consumed and not yet done. */
+/* Whether any of these partitions still has a copy under way (not done, not withdrawn). */
 bool tracker_has_open(const offset_tracker *tracker,
 					  const rd_kafka_topic_partition_list_t *partitions);
+
+/*
+ * A copy of r was taken back before it was sent: it counts as finished, but r is never
+ * committable (the partition's next owner reads it again). NULL is ignored.
+ */
+void tracker_copy_withdrawn(offset_tracker *tracker, tracked_record *r);
+
+/* Whether r belongs to one of these partitions. */
+bool tracker_record_in(const tracked_record *r, const rd_kafka_topic_partition_list_t *partitions);
 
 /* Records consumed but not yet done, across all partitions. */
 int tracker_open_records(const offset_tracker *tracker);

@@ -128,22 +128,26 @@ follow_subscriptions(consumer_state *st)
 /* ---------------------------------------------------------------- Kafka plumbing */
 
 /*
- * Before giving partitions up, lets their open records finish (the transfers and the
- * hand-offs move on; no new record is taken), so their offsets are committed and the new
- * owner does not send them again: a rebalance by a member joining or leaving cleanly then
- * duplicates nothing. The group waits for us meanwhile (up to max.poll.interval.ms), so
- * the wait is bounded; what is still open after REVOKE_DRAIN_MS is consumed again by the
- * new owner (at least once). Not while shutting down: the engine is gone, and the stop
- * already had its drain.
+ * Before giving partitions up: takes back their copies still waiting in the HTTP engine
+ * (never sent, so the next owner sending them is no duplicate), then lets the ones under
+ * way finish (transfers and hand-offs move on; no new record is taken), so they are
+ * committed and the next owner does not send them again: a rebalance by a member joining
+ * or leaving cleanly then duplicates nothing, and it waits about one answer, not the whole
+ * backlog. The group waits for us meanwhile (up to max.poll.interval.ms), so the wait is
+ * bounded; what is still under way after REVOKE_DRAIN_MS is sent again by the next owner
+ * (at least once). Not while shutting down: the engine is gone, the stop had its drain.
  */
 static void
 finish_revoked(consumer_state *st, const rd_kafka_topic_partition_list_t *parts)
 {
 	int64_t deadline = now_ms() + REVOKE_DRAIN_MS;
+	int withdrawn;
 
 	if (st->http == NULL || !tracker_has_open(st->tracker, parts))
 		return;
-	log_info("event=revoke_draining open_records=%d", tracker_open_records(st->tracker));
+	withdrawn = withdraw_copies_of(st, parts);
+	log_info("event=revoke_draining open_records=%d withdrawn=%d",
+			 tracker_open_records(st->tracker), withdrawn);
 	while (tracker_has_open(st->tracker, parts) && now_ms() < deadline)
 	{
 		http_engine_poll(st->http, 10);

@@ -141,6 +141,13 @@ on_http_done(void *opaque, const http_result *result)
 		copy_free(copy);
 		return;
 	}
+	if (result->withdrawn)
+	{
+		/* Its partition is being revoked: never sent, left to the next owner. */
+		tracker_copy_withdrawn(st->tracker, copy->record);
+		copy_free(copy);
+		return;
+	}
 	if (result->held)
 	{
 		/* Queued before the pause began, held at its start: the breaker is open. */
@@ -205,6 +212,18 @@ deliver_copy(consumer_state *st, record_copy *copy, const destination_config *d)
 	header_lines_release(&headers);
 	if (!submitted)
 		hand_off(st, copy, HANDOFF_RETRY_STEP_1, "could not start the HTTP request", -1);
+}
+
+static bool
+keep_unless_revoked(void *arg, void *opaque)
+{
+	return !tracker_record_in(((record_copy *) opaque)->record, arg);
+}
+
+int
+withdraw_copies_of(consumer_state *st, const rd_kafka_topic_partition_list_t *parts)
+{
+	return http_engine_withdraw(st->http, keep_unless_revoked, (void *) parts);
 }
 
 /* The served destinations subscribed to topic, at most config->n_destinations of them. */

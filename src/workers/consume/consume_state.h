@@ -58,6 +58,13 @@ bool consumer_serves(const consumer_state *st, const destination_config *d);
  */
 void handle_record(consumer_state *st, rd_kafka_message_t *rkm);
 
+/*
+ * Takes back the copies of these partitions' records still waiting in the HTTP engine
+ * (never sent): their records stay uncommitted, for the partitions' next owner. Returns
+ * how many.
+ */
+int withdraw_copies_of(consumer_state *st, const rd_kafka_topic_partition_list_t *parts);
+
 /* The HTTP engine's start gate: nothing starts toward a paused destination. */
 bool consumer_may_start(void *arg, const char *destination);
 
