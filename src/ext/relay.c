@@ -57,6 +57,9 @@ static RelayState relay_state = RELAY_SHIPPING;
 static bool read_all_next = true;
 static TimestampTz next_full_pass = 0;
 
+/* When the last pass ended: a commit that comes sooner than relay_linger after it waits. */
+static TimestampTz last_pass_end = 0;
+
 /* Logs only when the state changes, so an outage is one line, not one per pass. */
 static void
 enter_state(RelayState state, const char *detail)
@@ -113,6 +116,7 @@ run_pass(int slot, PassResult *result)
 	worker_xact_end();
 	/* Frees the pass's deliveries, except those in flight (kafka_inflight.h). */
 	kafka_inflight_pass_done();
+	last_pass_end = GetCurrentTimestamp();
 	/* What is left to do (a full batch, records Kafka did not take) no commit will mark. */
 	read_all_next = result->more_waiting || result->deferred > 0 || any_failing_topics();
 }
@@ -245,10 +249,11 @@ maintain_when_due(int slot, const PassResult *pass, TimestampTz *next_maintenanc
  * cut into slices that drive the export (otlp_sender.h), so a request goes on while the
  * relay is idle; only the whole wait running out counts as running out.
  */
-static void
+static bool
 wait_for_work(int wait_ms)
 {
 	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+	bool woken = false;
 
 	while (wait_ms > 0)
 	{
@@ -259,7 +264,10 @@ wait_for_work(int wait_ms)
 
 		ResetLatch(MyLatch);
 		if (rc & WL_LATCH_SET)
+		{
+			woken = true;
 			break;
+		}
 		wait_ms = (int) Max(0, (end - GetCurrentTimestamp()) / 1000);
 		if (wait_ms == 0)
 			read_all_next = true;
@@ -269,6 +277,33 @@ wait_for_work(int wait_ms)
 	}
 	otlp_sender_drive();
 	CHECK_FOR_INTERRUPTS();
+	return woken;
+}
+
+/*
+ * Coalescing: a relay woken by a commit less than relay_linger after its last pass ended
+ * waits out the rest of that time, so the commits that come meanwhile share its next pass
+ * and produce request instead of each paying for its own. Commits that come often get
+ * passes at most every relay_linger plus a pass's length; a commit after a quiet spell
+ * ships at once. The marks and latch sets of the commits that come while it waits are
+ * kept (the marks are only taken by the pass), so none of them waits any longer.
+ */
+static void
+linger_after_wakeup(void)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(last_pass_end, relay_linger_ms);
+
+	for (;;)
+	{
+		long ms = (long) ((until - GetCurrentTimestamp()) / 1000);
+
+		if (ms <= 0 || ShutdownRequestPending || ConfigReloadPending)
+			break;
+		(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+		CHECK_FOR_INTERRUPTS();
+	}
+	/* The pass that follows takes the marks of every commit that set the latch so far. */
+	ResetLatch(MyLatch);
 }
 
 /*
@@ -325,7 +360,8 @@ wal_delivery_relay_main(Datum main_arg)
 		 * the next pass: a commit it did not wake is visible to that pass.
 		 */
 		relay_wakeup_listen(slot, kafka_producers_exist() && !pass.extension_missing);
-		wait_for_work(wait_ms);
+		if (wait_for_work(wait_ms) && relay_linger_ms > 0)
+			linger_after_wakeup();
 		relay_wakeup_listen(slot, true);
 	}
 

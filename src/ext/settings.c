@@ -20,6 +20,7 @@ char *kafka_properties = NULL;
 char *otlp_endpoint = NULL;
 int relay_batch_size = 500;
 int relay_idle_interval_ms = 1000;
+int relay_linger_ms = 5;
 int relay_delivery_timeout_ms = 30000;
 int relay_max_backoff_ms = 60000;
 int relay_shutdown_flush_ms = 5000;
@@ -124,6 +125,13 @@ define_relay_settings(void)
 							"How long an idle relay sleeps when no commit wakes it.", NULL,
 							&relay_idle_interval_ms, 1000, 10, 600000, PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("wal_delivery.relay_linger",
+							"How soon after its last pass a relay woken by a commit runs the "
+							"next one.",
+							"Commits that come meanwhile share that pass and its produce "
+							"request; 0 runs a pass for every wake-up.",
+							&relay_linger_ms, 5, 0, 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
+							NULL);
 	DefineCustomIntVariable(
 		"wal_delivery.relay_delivery_timeout",
 		"How long a pass waits for Kafka's acknowledgements; an acks=all record "

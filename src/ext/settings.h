@@ -23,6 +23,7 @@ extern char *kafka_properties;
 /* The relay's passes. */
 extern int relay_batch_size;
 extern int relay_idle_interval_ms;
+extern int relay_linger_ms; /* relay.c: coalescing of commit wake-ups */
 extern int relay_delivery_timeout_ms;
 extern int relay_max_backoff_ms;
 extern int relay_shutdown_flush_ms;

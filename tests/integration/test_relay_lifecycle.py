@@ -305,3 +305,71 @@ def test_a_pass_reads_what_woke_it_and_no_record_waits_for_the_idle_interval(uni
             assert states(conn, topic) == {"stored": commits + 22}
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
+
+
+def produce_times(bootstrap, topic, keys, timeout=60):
+    """{idempotency key: [Kafka CreateTime in seconds]} for every copy of each key read
+    from topic: the time the relay produced it (librdkafka stamps it)."""
+    from confluent_kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-" + uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = {}
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and not set(keys) <= set(seen):
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            key = dict(msg.headers() or []).get("idempotency-key", b"").decode()
+            seen.setdefault(key, []).append(msg.timestamp()[1] / 1000.0)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_commits_that_come_often_share_passes_and_none_waits_for_the_idle_interval(unique):
+    """Coalescing (wal_delivery.relay_linger): a trickle of single-record commits, one every
+    ~10 ms, shares passes (far fewer passes than commits), yet every record is produced
+    within a bound far under the idle interval (a minute), none is lost, and a record
+    committed alone after a quiet spell ships at once."""
+    env_dir, settings, conn = scratch_env_on_this_kafka(
+        "ALTER SYSTEM SET wal_delivery.relay_idle_interval = '60s'",
+        "ALTER SYSTEM SET wal_delivery.relay_linger = '50ms'")
+    topic = f"relay.linger.{unique}"
+    commits = 100
+    try:
+        with conn:
+            make_topic(conn, topic)
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            time.sleep(1.5)  # past the passes the warm-up and the reload ran
+
+            passes0, _ = relay_passes(conn)
+            committed = {}
+            for i in range(commits):  # each its own transaction (autocommit)
+                conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, %s)", (topic, f"t{i}"))
+                committed[f"t{i}"] = time.time()
+                time.sleep(0.01)
+            wait_all_stored(conn, topic, commits + 1, timeout=5)
+            passes1, _ = relay_passes(conn)
+            assert passes1 - passes0 <= commits / 3, \
+                f"{commits} commits ~10 ms apart took {passes1 - passes0} passes: not coalesced"
+
+            # The lone record: the relay has been idle for a second.
+            time.sleep(1.0)
+            committed["alone"] = time.time()
+            lone = conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'alone')", (topic,)).fetchone()[0]
+            wait_until(lambda: conn.execute("SELECT state = 'stored' FROM wal_delivery.outbox WHERE id = %s",
+                                            (lone,)).fetchone()[0], 2, interval=0.005,
+                       what="the lone record stored without waiting for the idle interval")
+
+            produced = produce_times(os.environ["KAFKA_BOOTSTRAP"], topic, committed)
+            assert set(committed) <= set(produced), set(committed) - set(produced)
+            # Kafka's CreateTime is the relay's produce time (same clock): within the linger
+            # and a pass of its commit, far under the idle interval; 1 s leaves room for a
+            # busy machine.
+            late = {k: round(min(produced[k]) - t, 3) for k, t in committed.items() if min(produced[k]) - t > 1.0}
+            assert not late, f"records produced more than 1 s after their commit: {late}"
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
