@@ -285,8 +285,8 @@ wait_for_work(int wait_ms)
  * waits out the rest of that time, so the commits that come meanwhile share its next pass
  * and produce request instead of each paying for its own. Commits that come often get
  * passes at most every relay_linger plus a pass's length; a commit after a quiet spell
- * ships at once. The marks and latch sets of the commits that come while it waits are
- * kept (the marks are only taken by the pass), so none of them waits any longer.
+ * ships at once. It does not listen meanwhile: the commits that come leave only their
+ * marks, which the pass takes, so none of them waits any longer.
  */
 static void
 linger_after_wakeup(void)
@@ -302,7 +302,7 @@ linger_after_wakeup(void)
 		(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
 		CHECK_FOR_INTERRUPTS();
 	}
-	/* The pass that follows takes the marks of every commit that set the latch so far. */
+	/* A latch set before listening stopped: its commit's mark is the coming pass's. */
 	ResetLatch(MyLatch);
 }
 
@@ -350,19 +350,27 @@ wal_delivery_relay_main(Datum main_arg)
 		/* Read before a reload: a new idle interval applies from the next turn. */
 		int idle_ms = relay_idle_interval_ms;
 		int wait_ms;
+		bool listening;
+		bool woken;
 
 		reload_settings_if_asked();
 		wait_ms = ship_once(slot, &pass, &backoff_ms, idle_ms);
 		maintain_when_due(slot, &pass, &next_maintenance);
 		/*
 		 * A relay that cannot ship (no Kafka settings, no extension) is not woken by
-		 * commits: a reload or the idle interval ends its wait. Listening again before
-		 * the next pass: a commit it did not wake is visible to that pass.
+		 * commits: a reload or the idle interval ends its wait. One that can listens only
+		 * while it waits: the commits made during its pass and linger left their marks
+		 * (relay_wakeup_marks_pending), so it goes on without sleeping, and those commits
+		 * paid no latch set, no spinlock and no signal (bench/enqueue --shipping).
 		 */
-		relay_wakeup_listen(slot, kafka_producers_exist() && !pass.extension_missing);
-		if (wait_for_work(wait_ms) && relay_linger_ms > 0)
+		listening = kafka_producers_exist() && !pass.extension_missing;
+		relay_wakeup_listen(slot, listening);
+		woken = wait_ms > 0 && listening && relay_wakeup_marks_pending(slot);
+		if (!woken)
+			woken = wait_for_work(wait_ms);
+		relay_wakeup_listen(slot, false);
+		if (woken && relay_linger_ms > 0)
 			linger_after_wakeup();
-		relay_wakeup_listen(slot, true);
 	}
 
 	kafka_producers_destroy(relay_shutdown_flush_ms);

@@ -4,7 +4,9 @@
  * enqueued, so enqueue stays cheap; none for a relay that is not listening (it cannot
  * ship: no Kafka settings, no extension), so the commits of a busy database do not wake,
  * thousands of times a second, a relay that has nothing to do (bench/enqueue measures
- * what those wakeups cost the application).
+ * what those wakeups cost the application). A relay that ships listens only while it
+ * waits for work: the commits made during its pass or linger leave a mark, which it looks
+ * for before it sleeps, and pay for no latch set.
  */
 #include "postgres.h"
 
@@ -199,6 +201,18 @@ relay_wakeup_take_marks(int slot)
 	if (relay_wakeup == NULL)
 		return ~0u;
 	return pg_atomic_exchange_u32(&relay_wakeup->marks[slot], 0);
+}
+
+/*
+ * Whether commits marked the slot since its last pass took the marks. Read after
+ * relay_wakeup_listen(slot, true), whose barrier pairs with the commit's: a commit that
+ * read "not listening" left its mark for this read to see.
+ */
+bool
+relay_wakeup_marks_pending(int slot)
+{
+	Assert(slot >= 0 && slot < MAX_RELAY_WORKERS);
+	return relay_wakeup != NULL && pg_atomic_read_u32(&relay_wakeup->marks[slot]) != 0;
 }
 
 /* Called by wal_enqueue: the relay is woken when (and only if) this transaction commits. */

@@ -41,6 +41,9 @@ int relay_slot_of_lane(int lane);
 #define RELAY_MARK_ROWS       (1u << 31)
 uint32 relay_wakeup_take_marks(int slot);
 
+/* Whether commits left marks for the slot that its relay has not taken yet. */
+bool relay_wakeup_marks_pending(int slot);
+
 /* Counts a pass and the lanes it read, for relay_passes(). */
 void relay_count_pass(int lanes_read);
 
