@@ -361,11 +361,13 @@ wal_delivery_relay_main(Datum main_arg)
 		 * commits: a reload or the idle interval ends its wait. One that can listens only
 		 * while it waits: the commits made during its pass and linger left their marks
 		 * (relay_wakeup_marks_pending), so it goes on without sleeping, and those commits
-		 * paid no latch set, no spinlock and no signal (bench/enqueue --shipping).
+		 * paid no latch set, no spinlock and no signal (bench/enqueue --shipping). Not
+		 * while backing off: marks a pass that did not run left would cut every backoff
+		 * short; there a commit made while it listens wakes it, as before.
 		 */
 		listening = kafka_producers_exist() && !pass.extension_missing;
 		relay_wakeup_listen(slot, listening);
-		woken = wait_ms > 0 && listening && relay_wakeup_marks_pending(slot);
+		woken = wait_ms > 0 && listening && backoff_ms == 0 && relay_wakeup_marks_pending(slot);
 		if (!woken)
 			woken = wait_for_work(wait_ms);
 		relay_wakeup_listen(slot, false);
