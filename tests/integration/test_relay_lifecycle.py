@@ -373,3 +373,43 @@ def test_commits_that_come_often_share_passes_and_none_waits_for_the_idle_interv
             assert not late, f"records produced more than 1 s after their commit: {late}"
     finally:
         env_cmd("down", env_dir=env_dir, check=False)
+
+
+def test_a_commit_made_during_a_pass_ships_without_a_wakeup_of_its_own(unique):
+    """The relay does not listen for commits while it runs a pass: a commit made then only
+    leaves its mark, and the relay, before it sleeps again, finds the mark and runs another
+    pass. Here the pass is held (its cursor's move waits for a row lock this test holds)
+    while a record of another lane commits; with an idle interval of a minute, that record
+    still ships at once after the pass is let go."""
+    env_dir, settings, conn = scratch_env_on_this_kafka(
+        "ALTER SYSTEM SET wal_delivery.relay_idle_interval = '60s'")
+    topic = f"relay.inpass.{unique}"
+    try:
+        with conn:
+            make_topic(conn, topic)
+            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+            wait_all_stored(conn, topic, 1)
+            time.sleep(1.5)  # past the passes the warm-up and the reload ran
+            with scratch_connect(settings) as blocker:
+                blocker.autocommit = False
+                blocker.execute("SELECT 1 FROM wal_delivery.relay_cursors FOR UPDATE")
+                conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'first')", (topic,))
+                wait_until(lambda: conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'wal_delivery relay'"
+                    " AND wait_event_type = 'Lock'").fetchone()[0], 20, interval=0.01,
+                    what="the relay's pass waiting for the cursor's row lock")
+                # Past deadlock_timeout (1 s): its timer, once it has fired inside the lock
+                # wait, cannot set the relay's latch after the pass and wake it by chance.
+                time.sleep(1.5)
+                # In another lane (the next run of 64 ids), which the held pass, reading
+                # only the lane its commit marked, does not read.
+                conn.execute("SELECT setval('wal_delivery.outbox_ids',"
+                             " (nextval('wal_delivery.outbox_ids') / 64 + 1) * 64)")
+                second = conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'second')", (topic,)).fetchone()[0]
+                blocker.rollback()
+            wait_until(lambda: conn.execute("SELECT state = 'stored' FROM wal_delivery.outbox WHERE id = %s",
+                                            (second,)).fetchone()[0], 5, interval=0.01,
+                       what="the record committed during a pass stored without waiting for the idle interval")
+            wait_all_stored(conn, topic, 3)
+    finally:
+        env_cmd("down", env_dir=env_dir, check=False)
