@@ -26,6 +26,7 @@ typedef struct consumer_state
 	const worker_options *opts;
 	config_watch *watch;
 	rd_kafka_t *consumer;
+	rd_kafka_queue_t *records_queue; /* the consumer's queue; its records wake the loop */
 	http_engine *http;
 	handoff_producer *handoff;
 	dedupe_set *dedupe;
