@@ -7,6 +7,8 @@
  *
  *   baseline BOOTSTRAP TOPIC GROUP RECORDS MAX_IN_FLIGHT MODE URL...
  *
+ * RECORDS 0: runs until SIGTERM (bench/end_to_end feeds it live records).
+ *
  * MODE "bare": every request carries only Content-Type: application/json (set once).
  * MODE "same-request": every request carries the headers a delivery must carry, read
  * from the record's Kafka headers like the worker does: Content-Type, Idempotency-Key,
@@ -17,9 +19,11 @@
  * MAX_OPEN_RECORDS) are not yet done, and keeps one connection per in-flight slot
  * (easy handles are reused, so connections stay alive). It waits on Kafka and on the
  * sockets at once (the consumer queue signals a pipe that curl_multi_poll watches).
- * Exits 0 after RECORDS x N answers (a non-2xx answer or transport error counts as an
- * answer and is reported as failed). Prints one line: records, copies, failed, seconds
- * since start, CPU seconds used (user + system, all threads).
+ * Exits 0 after RECORDS x N answers. A non-2xx answer counts as an answer ("refused": the
+ * bare loop neither retries nor keeps it, so it does strictly less than the worker, which
+ * hands such a copy to its retry topic); a transport error is reported as failed and the
+ * exit status is 1. Prints one line: records, copies, refused, failed, seconds since
+ * start, CPU seconds used (user + system, all threads).
  */
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
@@ -28,6 +32,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,10 +74,18 @@ static open_record records[MAX_OPEN];
 static int free_slots[MAX_OPEN], n_free;
 static destination *dests;
 static int n_dests;
-static long answered, failed;
+static long answered, refused, failed;
 static struct curl_slist *headers;
 static CURLM *multi;
 static bool same_request;
+static volatile sig_atomic_t stop_asked;
+
+static void
+on_signal(int signo)
+{
+	(void) signo;
+	stop_asked = 1;
+}
 
 static double
 now_s(void)
@@ -183,7 +196,9 @@ read_completions(void)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &t);
 		curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
-		if (msg->data.result != CURLE_OK || status < 200 || status > 299)
+		if (msg->data.result == CURLE_OK && (status < 200 || status > 299))
+			refused++;
+		else if (msg->data.result != CURLE_OK)
 		{
 			if (failed++ < 5)
 				fprintf(stderr, "baseline: %s: %s, HTTP %ld\n", t->dest->url,
@@ -300,7 +315,9 @@ main(int argc, char **argv)
 	for (int i = MAX_OPEN - 1; i >= 0; i--)
 		free_slots[n_free++] = i;
 
-	while (answered < want * n_dests)
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	while (want > 0 ? answered < want * n_dests : !stop_asked)
 	{
 		bool kafka_empty = false;
 		int running, done;
@@ -340,8 +357,8 @@ main(int argc, char **argv)
 		struct rusage ru;
 
 		getrusage(RUSAGE_SELF, &ru);
-		printf("records=%ld copies=%ld failed=%ld seconds=%.3f cpu=%.2f\n", consumed, answered,
-			   failed, now_s() - t0,
+		printf("records=%ld copies=%ld refused=%ld failed=%ld seconds=%.3f cpu=%.2f\n", consumed,
+			   answered, refused, failed, now_s() - t0,
 			   ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
 				   (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 	}
