@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "clock.h"
@@ -856,6 +857,28 @@ http_engine_poll(http_engine *engine, int timeout_ms)
 	/* Slots freed above go to waiting requests now, not one poll later. */
 	completed += start_waiting_requests(engine);
 	return completed;
+}
+
+int
+http_engine_affordable_in_flight(void)
+{
+	const rlim_t want = HTTP_MAX_TOTAL_IN_FLIGHT + HTTP_RESERVED_FILES;
+	struct rlimit limit;
+	rlim_t room;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+		return 256;
+	if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want && limit.rlim_cur < limit.rlim_max)
+	{
+		limit.rlim_cur =
+			limit.rlim_max != RLIM_INFINITY && limit.rlim_max < want ? limit.rlim_max : want;
+		if (setrlimit(RLIMIT_NOFILE, &limit) != 0)
+			getrlimit(RLIMIT_NOFILE, &limit);
+	}
+	if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= want)
+		return HTTP_MAX_TOTAL_IN_FLIGHT;
+	room = limit.rlim_cur > HTTP_RESERVED_FILES + 256 ? limit.rlim_cur - HTTP_RESERVED_FILES : 256;
+	return (int) room;
 }
 
 void

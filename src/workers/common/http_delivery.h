@@ -87,6 +87,16 @@ typedef void (*http_done_fn)(void *opaque, const http_result *result);
 http_engine *http_engine_new(int max_total_in_flight);
 
 /*
+ * The max_total_in_flight a worker process can afford: every request holds a socket, so
+ * what the open-file limit leaves after HTTP_RESERVED_FILES for Kafka, libpq and the admin
+ * server, at most HTTP_MAX_TOTAL_IN_FLIGHT (a destination's own max_in_flight limit) and
+ * at least 256. Raises the soft open-file limit toward the hard one first.
+ */
+#define HTTP_MAX_TOTAL_IN_FLIGHT 10000
+#define HTTP_RESERVED_FILES      2048
+int http_engine_affordable_in_flight(void);
+
+/*
  * Starts one request, or queues it behind its destination's limit. Returns false (and
  * calls nothing) when the request lacks a URL, curl refuses its options, memory runs out,
  * or the engine is being freed.

@@ -342,7 +342,8 @@ open_delivery_state(consumer_state *st)
 {
 	char holder[128];
 
-	st->http = http_engine_new(256);
+	/* Not a fixed 256: that capped destinations with a larger max_in_flight (bench/end_to_end). */
+	st->http = http_engine_new(http_engine_affordable_in_flight());
 	http_engine_set_start_gate(st->http, consumer_may_start, st);
 	st->records_queue = rd_kafka_queue_get_consumer(st->consumer);
 	if (st->records_queue)

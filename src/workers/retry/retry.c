@@ -568,7 +568,8 @@ run_retry(const worker_options *opts)
 		return 1;
 	subscribe_step_topics(&st);
 	st.backlogs = partition_backlog_start(st.consumer, 2000);
-	st.http = http_engine_new(256);
+	/* Not a fixed 256: that capped destinations with a larger max_in_flight (bench/end_to_end). */
+	st.http = http_engine_new(http_engine_affordable_in_flight());
 	log_info("event=started time_scale=%g config_version=%" PRId64, opts->time_scale,
 			 config_watch_current(st.watch)->version);
 
