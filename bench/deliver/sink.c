@@ -16,6 +16,8 @@
  *
  *   GET /count                 one line per path: "<count> <path>", then "<total> total"
  *   GET /count?prefix=/r1/     the sum of the counts of paths starting with /r1/ (one number)
+ *   GET /status?code=N         from now on answer every other request N (0: back to 204
+ *                              and -f), e.g. 503 to park copies in retry (bench/scale)
  *   anything else              body read and dropped; counted under its path when answered
  *
  * Runs until SIGTERM/SIGINT.
@@ -63,6 +65,7 @@ static int delay_from_path;
 static const char *fail_substring;
 static long fail_every;
 static atomic_long fail_counter;
+static atomic_int forced_status; /* GET /status?code=N; 0: none */
 static FILE *request_log;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -205,6 +208,10 @@ timer_main(void *arg)
 static int
 choose_status(const char *url)
 {
+	int forced = atomic_load(&forced_status);
+
+	if (forced > 0)
+		return forced;
 	if (fail_substring && fail_every > 0 && strstr(url, fail_substring) &&
 		(atomic_fetch_add(&fail_counter, 1) + 1) % fail_every == 0)
 		return MHD_HTTP_SERVICE_UNAVAILABLE;
@@ -230,6 +237,19 @@ answer(struct MHD_Connection *conn, const char *url, int status)
 	if (p)
 		atomic_fetch_add(&p->count, 1);
 	return MHD_queue_response(conn, (unsigned) status, empty_response);
+}
+
+/* GET /status?code=N: every later request is answered N (100-599), or as usual for 0. */
+static enum MHD_Result
+force_status(struct MHD_Connection *conn)
+{
+	const char *code = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "code");
+	long n = code ? strtol(code, NULL, 10) : -1;
+
+	if (n != 0 && (n < 100 || n > 599))
+		return MHD_queue_response(conn, MHD_HTTP_BAD_REQUEST, empty_response);
+	atomic_store(&forced_status, (int) n);
+	return MHD_queue_response(conn, MHD_HTTP_NO_CONTENT, empty_response);
 }
 
 /* -d, or with -P the N of a path segment /lN/. */
@@ -297,6 +317,8 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return answer(conn, url, p->status); /* resumed by the timer */
 	if (strcmp(method, "GET") == 0 && strcmp(url, "/count") == 0)
 		return report_counts(conn);
+	if (strcmp(method, "GET") == 0 && strcmp(url, "/status") == 0)
+		return force_status(conn);
 	p->status = choose_status(url);
 	if (request_log)
 		log_request(conn, url, p->status);
