@@ -20,7 +20,7 @@ char *kafka_properties = NULL;
 char *otlp_endpoint = NULL;
 int relay_batch_size = 500;
 int relay_idle_interval_ms = 1000;
-int relay_linger_ms = 5;
+int relay_linger_ms = 10;
 int relay_delivery_timeout_ms = 30000;
 int relay_max_backoff_ms = 60000;
 int relay_shutdown_flush_ms = 5000;
@@ -130,7 +130,7 @@ define_relay_settings(void)
 							"next one.",
 							"Commits that come meanwhile share that pass and its produce "
 							"request; 0 runs a pass for every wake-up.",
-							&relay_linger_ms, 5, 0, 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
+							&relay_linger_ms, 10, 0, 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
 							NULL);
 	DefineCustomIntVariable(
 		"wal_delivery.relay_delivery_timeout",
