@@ -48,7 +48,8 @@ def decoded_headers(msg):
 
 def read_topic(bootstrap, topic, expect_keys, timeout=60):
     """Reads topic from the start until every key in expect_keys was seen; returns
-    {idempotency key: [messages]} (duplicates are allowed: delivery is at least once)."""
+    {idempotency key: [messages]} (duplicates are allowed: delivery is at least once);
+    a message's create_time is Kafka's CreateTime in seconds: when the relay produced it."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-" + uuid.uuid4().hex,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
@@ -62,7 +63,8 @@ def read_topic(bootstrap, topic, expect_keys, timeout=60):
             headers = decoded_headers(msg)
             if "idempotency-key" in headers:  # other tests' messages may lack it
                 seen.setdefault(headers["idempotency-key"], []).append(
-                    {"value": msg.value(), "key": msg.key(), "headers": headers})
+                    {"value": msg.value(), "key": msg.key(), "headers": headers,
+                     "create_time": msg.timestamp()[1] / 1000.0})
         # Read a little longer so unexpected extra records show up too.
         end = time.time() + 1.0
         while time.time() < end:
@@ -71,7 +73,8 @@ def read_topic(bootstrap, topic, expect_keys, timeout=60):
                 headers = decoded_headers(msg)
                 if "idempotency-key" in headers:
                     seen.setdefault(headers["idempotency-key"], []).append(
-                        {"value": msg.value(), "key": msg.key(), "headers": headers})
+                        {"value": msg.value(), "key": msg.key(), "headers": headers,
+                     "create_time": msg.timestamp()[1] / 1000.0})
     finally:
         consumer.close()
     return seen

@@ -56,6 +56,17 @@ def wal_bytes_since(conn, lsn):
     return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0]
 
 
+def start_brokers(env_dir, *nodes):
+    """Starts the brokers together: each start waits until every broker is registered,
+    so one after the other would wait for the ones not started yet."""
+    starts = [threading.Thread(target=env_cmd, args=("kafka-start", n), kwargs={"env_dir": env_dir})
+              for n in nodes]
+    for t in starts:
+        t.start()
+    for t in starts:
+        t.join()
+
+
 def test_cluster_conditions_hold_records_without_killing_or_rewriting_them(cluster):
     env_dir, settings = cluster
     log = Path(env_dir, "pglog", "postgres.log")
@@ -114,13 +125,7 @@ def test_cluster_conditions_hold_records_without_killing_or_rewriting_them(clust
         assert 1 <= len(refusals) <= 2, refusals  # said once per change of state
         assert conn.execute("SELECT count(*) FROM wal_delivery.dead_letters").fetchone()[0] == 0
 
-        # Together: each start waits until all three brokers are registered.
-        starts = [threading.Thread(target=env_cmd, args=("kafka-start", n), kwargs={"env_dir": env_dir})
-                  for n in ("2", "3")]
-        for t in starts:
-            t.start()
-        for t in starts:
-            t.join()
+        start_brokers(env_dir, "2", "3")
         wait_until(lambda: states(conn, "cc.ok") == {"stored": 1000 + ROWS}, 300,
                    what=f"every record stored after the brokers came back (now {states(conn, 'cc.ok')})")
         wait_until(lambda: status(conn, "cc.ok")[1], 120, what="cc.ok's config to be applied")
@@ -161,12 +166,7 @@ def test_a_leader_that_cannot_commit_gets_each_record_sent_once(cluster):
             env_cmd("kafka-kill", "2", env_dir=env_dir)
             env_cmd("kafka-kill", "3", env_dir=env_dir)
             time.sleep(45)  # longer than a pass waits for its acknowledgements
-        starts = [threading.Thread(target=env_cmd, args=("kafka-start", n), kwargs={"env_dir": env_dir})
-                  for n in ("2", "3")]
-        for t in starts:
-            t.start()
-        for t in starts:
-            t.join()
+        start_brokers(env_dir, "2", "3")
         committed = {r[0] for r in conn.execute("SELECT id FROM wal_delivery.outbox WHERE topic = %s", (topic,))}
         wait_until(lambda: states(conn, topic) == {"stored": len(committed)}, 300,
                    what=f"every record of {topic} stored (now {states(conn, topic)})")

@@ -307,27 +307,6 @@ def test_a_pass_reads_what_woke_it_and_no_record_waits_for_the_idle_interval(uni
         env_cmd("down", env_dir=env_dir, check=False)
 
 
-def produce_times(bootstrap, topic, keys, timeout=60):
-    """{idempotency key: [Kafka CreateTime in seconds]} for every copy of each key read
-    from topic: the time the relay produced it (librdkafka stamps it)."""
-    from confluent_kafka import Consumer
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-" + uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    seen = {}
-    deadline = time.time() + timeout
-    try:
-        while time.time() < deadline and not set(keys) <= set(seen):
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            key = dict(msg.headers() or []).get("idempotency-key", b"").decode()
-            seen.setdefault(key, []).append(msg.timestamp()[1] / 1000.0)
-    finally:
-        consumer.close()
-    return seen
-
-
 def test_commits_that_come_often_share_passes_and_none_waits_for_the_idle_interval(unique):
     """Coalescing (wal_delivery.relay_linger): a trickle of single-record commits, one every
     ~10 ms, shares passes (far fewer passes than commits), yet every record is produced
@@ -364,7 +343,8 @@ def test_commits_that_come_often_share_passes_and_none_waits_for_the_idle_interv
                                             (lone,)).fetchone()[0], 2, interval=0.005,
                        what="the lone record stored without waiting for the idle interval")
 
-            produced = produce_times(os.environ["KAFKA_BOOTSTRAP"], topic, committed)
+            produced = {k: [m["create_time"] for m in msgs] for k, msgs in
+                        read_topic(os.environ["KAFKA_BOOTSTRAP"], topic, committed).items()}
             assert set(committed) <= set(produced), set(committed) - set(produced)
             # Kafka's CreateTime is the relay's produce time (same clock): within the linger
             # and a pass of its commit, far under the idle interval; 1 s leaves room for a
