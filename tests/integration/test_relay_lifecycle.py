@@ -168,6 +168,14 @@ def switches_during_commits(conn, topic, commits, slot=0, before_each=None, unti
     return relay_context_switches(conn, slot) - before
 
 
+def ship_warm_up(conn, topic):
+    """Makes the topic and ships one record, key 'warm-up', so the relay has its producer
+    and the topic's metadata before a test measures anything."""
+    make_topic(conn, topic)
+    conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
+    wait_all_stored(conn, topic, 1)
+
+
 def scratch_env_on_this_kafka(*settings_sql):
     """A Postgres of its own (no broker of its own) whose relay ships to the suite's Kafka."""
     env_dir, settings = scratch_env("--no-kafka")
@@ -190,9 +198,7 @@ def test_commits_wake_a_relay_that_can_ship_and_not_one_that_cannot(unique):
     commits = 200
     try:
         with conn:
-            make_topic(conn, topic)
-            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
-            wait_all_stored(conn, topic, 1)
+            ship_warm_up(conn, topic)
             woken = switches_during_commits(conn, topic, commits, until_stored=True)
             assert woken >= commits, f"{commits} commits woke the relay {woken} times"
             wait_all_stored(conn, topic, commits + 1)
@@ -232,9 +238,7 @@ def test_a_commit_wakes_the_relay_of_the_lanes_it_wrote_only(unique):
             wait_until(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity"
                                             " WHERE backend_type = 'wal_delivery relay'").fetchone()[0] == 2,
                        30, what="two relays")
-            make_topic(conn, topic)
-            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
-            wait_all_stored(conn, topic, 1)
+            ship_warm_up(conn, topic)
             time.sleep(1.5)
 
             def next_id_odd(i):  # an id in lane 1, 3, 5 or 7, all relay 1's
@@ -273,10 +277,8 @@ def test_a_pass_reads_what_woke_it_and_no_record_waits_for_the_idle_interval(uni
     commits = 100
     try:
         with conn:
-            make_topic(conn, topic)
             make_topic(conn, guarded, writers="{postgres}")
-            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
-            wait_all_stored(conn, topic, 1)
+            ship_warm_up(conn, topic)
 
             def ships(record):
                 wait_until(lambda: conn.execute("SELECT state = 'stored' FROM wal_delivery.outbox WHERE id = %s",
@@ -319,9 +321,7 @@ def test_commits_that_come_often_share_passes_and_none_waits_for_the_idle_interv
     commits = 100
     try:
         with conn:
-            make_topic(conn, topic)
-            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
-            wait_all_stored(conn, topic, 1)
+            ship_warm_up(conn, topic)
             time.sleep(1.5)  # past the passes the warm-up and the reload ran
 
             passes0, _ = relay_passes(conn)
@@ -366,9 +366,7 @@ def test_a_commit_made_during_a_pass_ships_without_a_wakeup_of_its_own(unique):
     topic = f"relay.inpass.{unique}"
     try:
         with conn:
-            make_topic(conn, topic)
-            conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'warm-up')", (topic,))
-            wait_all_stored(conn, topic, 1)
+            ship_warm_up(conn, topic)
             time.sleep(1.5)  # past the passes the warm-up and the reload ran
             with scratch_connect(settings) as blocker:
                 blocker.autocommit = False
