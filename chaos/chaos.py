@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -705,18 +706,20 @@ def run_step(faults, what):
 # ------------------------------------------------------------------ sampling
 class Sampler:
     """Samples the database every second into samples.jsonl, and Kafka's consumer lag every
-    two seconds into samples-kafka.jsonl (chaos/lag.py, its own process, started again if
-    it dies). A sample that fails while something is down is skipped."""
+    two seconds into samples-kafka.jsonl (chaos/lag.py); notes when each record of the main
+    topics became readable in Kafka into readable.jsonl (chaos/readable.py). Each of those
+    two runs in its own process, started again if it dies. A sample that fails while
+    something is down is skipped."""
 
     def __init__(self, env, groups, out):
         self.env, self.groups, self.out = env, groups, out
         self.file = jsonl(out / "samples.jsonl")
         self.kafka_path = out / "samples-kafka.jsonl"
         self.stop = threading.Event()
-        self.lag_proc = None
-        self.lag_restarts = 0
+        self.procs = {}  # name -> (argv, process)
+        self.restarts = Counter()
         self.threads = [threading.Thread(target=self.db_loop, daemon=True),
-                        threading.Thread(target=self.lag_watch, daemon=True)]
+                        threading.Thread(target=self.proc_watch, daemon=True)]
 
     def db_loop(self):
         conn = None
@@ -744,19 +747,20 @@ class Sampler:
                     pass
                 conn = None
 
-    def start_lag(self):
-        self.lag_proc = subprocess.Popen(
-            [PY, str(ROOT / "chaos" / "lag.py"), "--bootstrap", self.env.settings["KAFKA_BOOTSTRAP"],
-             "--groups", json.dumps(self.groups), "--out", str(self.kafka_path)],
-            stdout=subprocess.DEVNULL, stderr=open(self.out / "lag.err", "a"))
-        self.env.track("chaos-lag", self.lag_proc.pid)
+    def start_proc(self, name, argv):
+        proc = subprocess.Popen([PY, str(ROOT / "chaos" / f"{name}.py")] + argv, stdout=subprocess.DEVNULL,
+                                stderr=open(self.out / f"{name}.err", "a"))
+        self.env.track(f"chaos-{name}", proc.pid)
+        self.procs[name] = (argv, proc)
 
-    def lag_watch(self):
+    def proc_watch(self):
         while not self.stop.wait(1.0):
-            if self.lag_proc.poll() is not None:
-                self.lag_restarts += 1
-                log(f"the lag sampler exited ({self.lag_proc.returncode}; librdkafka, see lag.err); restarting it")
-                self.start_lag()
+            for name, (argv, proc) in list(self.procs.items()):
+                if proc.poll() is not None:
+                    self.restarts[name] += 1
+                    log(f"the {name} sampler exited ({proc.returncode}; librdkafka, see {name}.err);"
+                        " restarting it")
+                    self.start_proc(name, argv)
 
     def latest_lag(self, after, timeout=15):
         """{group: total lag} from the first Kafka sample taken after `after`; None if none came."""
@@ -778,7 +782,11 @@ class Sampler:
         return None
 
     def start(self):
-        self.start_lag()
+        bootstrap = self.env.settings["KAFKA_BOOTSTRAP"]
+        self.start_proc("lag", ["--bootstrap", bootstrap, "--groups", json.dumps(self.groups),
+                                "--out", str(self.kafka_path)])
+        self.start_proc("readable", ["--bootstrap", bootstrap, "--topics", ",".join(TOPICS),
+                                     "--out", str(self.out / "readable.jsonl")])
         for t in self.threads:
             t.start()
 
@@ -786,9 +794,10 @@ class Sampler:
         self.stop.set()
         for t in self.threads:
             t.join(10)
-        if self.lag_proc and self.lag_proc.poll() is None:
-            self.lag_proc.terminate()
-            self.lag_proc.wait(10)
+        for _, proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
 
 
 # ------------------------------------------------------------------ drain and collect
@@ -1104,7 +1113,7 @@ def main():
             except Exception as e:
                 log(f"diagnosis failed: {e}")
         sampler.close()
-        run["lag_sampler_restarts"] = sampler.lag_restarts
+        run["sampler_restarts"] = sampler.restarts
         sup.stop_all()
         run["unplanned_exits"] = sup.unplanned_exits()
         run["worker_starts"] = {w.name: w.starts for w in sup.workers.values()}
