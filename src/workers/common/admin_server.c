@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "http_framing.h"
+#include "listen_socket.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -67,21 +68,6 @@ set_error(char *errbuf, size_t errbuf_size, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(errbuf, errbuf_size, fmt, ap);
 	va_end(ap);
-}
-
-/* libmicrohttpd's own complaints (a failed accept, a client gone mid-reply) go to our log. */
-static void
-log_mhd_message(void *arg, const char *fmt, va_list ap)
-{
-	char message[512];
-	size_t len;
-
-	(void) arg;
-	vsnprintf(message, sizeof(message), fmt, ap);
-	len = strlen(message);
-	while (len > 0 && (message[len - 1] == '\n' || message[len - 1] == '\r'))
-		message[--len] = '\0';
-	log_warn("event=admin_server_message msg=\"%s\"", message);
 }
 
 /*
@@ -240,59 +226,6 @@ handle_admin_request(void *arg, struct MHD_Connection *connection, const char *u
 	return send_response(connection, MHD_HTTP_NOT_FOUND, CONTENT_TYPE_TEXT, "not found\n", false);
 }
 
-/*
- * Returns the listening socket on address:port (a numeric address), or -1 with errno set
- * by the call that failed (EINVAL for an address that is not numeric).
- */
-static int
-listen_on(const char *address, int port, int *bound_port)
-{
-	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
-							 .ai_family = AF_UNSPEC,
-							 .ai_socktype = SOCK_STREAM};
-	struct addrinfo *found = NULL;
-	struct sockaddr_storage bound;
-	socklen_t bound_len = sizeof(bound);
-	char service[16];
-	int one = 1;
-	int fd;
-	int saved_errno;
-
-	snprintf(service, sizeof(service), "%d", port);
-	if (getaddrinfo(address, service, &hints, &found) != 0 || found == NULL)
-	{
-		errno = EINVAL;
-		return -1;
-	}
-	fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-	{
-		freeaddrinfo(found);
-		return -1;
-	}
-	/*
-	 * Lets a restarted worker take its port back while old connections sit in TIME_WAIT;
-	 * on Linux it never lets two listeners share the port.
-	 */
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	/* "::" means IPv6 only; listen on 0.0.0.0 too with a second worker option if needed. */
-	if (found->ai_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 128) != 0 ||
-		getsockname(fd, (struct sockaddr *) &bound, &bound_len) != 0)
-	{
-		saved_errno = errno;
-		close(fd);
-		freeaddrinfo(found);
-		errno = saved_errno;
-		return -1;
-	}
-	freeaddrinfo(found);
-	*bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &bound)->sin6_port
-													: ((struct sockaddr_in *) &bound)->sin_port);
-	return fd;
-}
-
 /* Enough descriptors for the connection limit beside the worker's own (Kafka, libpq). */
 static void
 raise_file_limit(void)
@@ -350,7 +283,7 @@ admin_server_start(const admin_listen *listen, const admin_handlers *handlers, c
 		return NULL;
 	}
 
-	listen_fd = listen_on(address, listen->port, &server->port);
+	listen_fd = listen_socket_bind(address, listen->port, &server->port);
 	if (listen_fd < 0)
 	{
 		set_error(errbuf, errbuf_size, "cannot listen on %s:%d: %s", address, listen->port,
@@ -366,11 +299,12 @@ admin_server_start(const admin_listen *listen, const admin_handlers *handlers, c
 	 */
 	server->daemon = MHD_start_daemon(
 		MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handle_admin_request,
-		server, MHD_OPTION_EXTERNAL_LOGGER, log_mhd_message, NULL, MHD_OPTION_LISTEN_SOCKET,
-		(MHD_socket) listen_fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int) ADMIN_CONNECTION_LIMIT,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) ADMIN_CONNECTION_TIMEOUT_S,
-		MHD_OPTION_CLIENT_DISCIPLINE_LVL, (int) HTTP_CLIENT_DISCIPLINE,
-		MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL, MHD_OPTION_END);
+		server, MHD_OPTION_EXTERNAL_LOGGER, listen_socket_log_mhd, "admin_server_message",
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket) listen_fd, MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned int) ADMIN_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned int) ADMIN_CONNECTION_TIMEOUT_S, MHD_OPTION_CLIENT_DISCIPLINE_LVL,
+		(int) HTTP_CLIENT_DISCIPLINE, MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL,
+		MHD_OPTION_END);
 	if (server->daemon == NULL)
 	{
 		/*

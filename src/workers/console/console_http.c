@@ -458,17 +458,6 @@ request_completed(void *arg, struct MHD_Connection *connection, void **state_ptr
 	*state_ptr = NULL;
 }
 
-static void
-log_mhd(void *arg, const char *fmt, va_list ap)
-{
-	char message[512];
-
-	(void) arg;
-	vsnprintf(message, sizeof(message), fmt, ap);
-	message[strcspn(message, "\r\n")] = '\0';
-	log_warn("event=http_server_message msg=\"%s\"", message);
-}
-
 console_http *
 console_http_start(const console_http_settings *settings, char *errbuf, size_t errbuf_size)
 {
@@ -491,9 +480,9 @@ console_http_start(const console_http_settings *settings, char *errbuf, size_t e
 	}
 	http->daemon = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC, 0, NULL,
-		NULL, handle_request, http, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
-		MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd, MHD_OPTION_THREAD_POOL_SIZE,
-		(unsigned int) HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+		NULL, handle_request, http, MHD_OPTION_EXTERNAL_LOGGER, listen_socket_log_mhd,
+		"http_server_message", MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned int) HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned int) HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
 		(unsigned int) HTTP_CONNECTION_TIMEOUT, MHD_OPTION_CLIENT_DISCIPLINE_LVL,
 		(int) HTTP_CLIENT_DISCIPLINE, MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL,
