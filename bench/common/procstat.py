@@ -8,7 +8,9 @@ SPEC is tree:PID (PID and every process below it; the root's cutime/cstime are c
 too, so children that exit between the snapshots are not lost: a child's full time lands
 in its parent's cutime when it is reaped) or pids:PID[,PID...] (just those processes;
 one that is gone at the second snapshot counts its last seen time). A JVM's threads are
-inside its process's times.
+inside its process's times; threads:PID:PREFIX[|PREFIX...] counts only the threads of PID
+whose name (comm, at most 15 characters) starts with one of the prefixes, e.g. a Kafka
+broker's request work apart from its JIT compiler and garbage collector threads.
 """
 import json
 import os
@@ -40,9 +42,33 @@ def all_stats():
     return out
 
 
+def thread_ticks(pid, prefixes):
+    """{tid: utime + stime} of pid's threads whose comm starts with one of prefixes."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().rstrip("\n")
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if comm.startswith(prefixes):
+            fields = data[data.rindex(")") + 2:].split()
+            out[int(tid)] = int(fields[11]) + int(fields[12])
+    return out
+
+
 def group_ticks(spec, stats):
-    """Per-process ticks of one group: {pid: ticks}."""
+    """Per-process (or per-thread) ticks of one group: {pid: ticks}."""
     kind, _, arg = spec.partition(":")
+    if kind == "threads":
+        pid, _, prefixes = arg.partition(":")
+        return thread_ticks(int(pid), tuple(p for p in prefixes.split("|") if p))
     if kind == "pids":
         return {int(p): stats[int(p)][1] for p in arg.split(",") if p and int(p) in stats}
     if kind == "tree":
@@ -59,7 +85,7 @@ def group_ticks(spec, stats):
             out[pid] = stats[pid][1]
             todo.extend(children.get(pid, []))
         return out
-    raise SystemExit(f"procstat.py: bad spec {spec!r} (tree:PID or pids:PID,...)")
+    raise SystemExit(f"procstat.py: bad spec {spec!r} (tree:PID, pids:PID,... or threads:PID:PREFIX)")
 
 
 def snap(path, specs):
