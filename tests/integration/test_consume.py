@@ -501,6 +501,46 @@ def test_without_a_push_the_poll_finds_the_change(tmp_path, workers, unique):
         d.stop()
 
 
+def test_a_lock_on_the_control_plane_holds_up_the_config_not_the_deliveries(tmp_path, workers, unique):
+    """A DBA's long transaction on the control plane (here an ACCESS EXCLUSIVE lock on
+    destination_secrets) holds up the worker's next reload; the deliveries go on meanwhile
+    with the configuration the worker has, and the change arrives once the lock goes."""
+    t1, t2 = f"c.lock1.{unique}", f"c.lock2.{unique}"
+    d = Destination(tmp_path)
+    try:
+        with connect() as conn:
+            make_topic(conn, t1)
+            make_topic(conn, t2)
+            add_destination(conn, f"lock-{unique}", d.url, [t1])
+            wait_published(conn)
+        w = workers()
+        w.wait_ready()
+        with connect() as conn, connect() as dba:
+            dba.execute("BEGIN")
+            dba.execute("LOCK TABLE wal_delivery.destination_secrets IN ACCESS EXCLUSIVE MODE")
+            try:
+                conn.execute("NOTIFY wal_delivery_published")
+                wait_until(lambda: conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wal-worker consume'"
+                    " AND wait_event_type = 'Lock'").fetchone()[0] > 0,
+                    timeout=15, what="the worker's reload waiting for the lock")
+                for i in range(5):
+                    conn.execute("SELECT wal_enqueue(%s, %s::text, %s)", (t1, f"locked {i}", f"l{i}"))
+                d.wait_for(5, timeout=30)  # delivered while the reload still waits
+                assert conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wal-worker consume'"
+                    " AND wait_event_type = 'Lock'").fetchone()[0] > 0
+            finally:
+                dba.execute("ROLLBACK")
+            conn.execute("INSERT INTO wal_delivery.subscriptions VALUES (%s, %s)", (t2, f"lock-{unique}"))
+            wait_published(conn)
+            conn.execute("SELECT wal_enqueue(%s, 'after the lock'::text, 'a1')", (t2,))
+        d.wait_for(6, timeout=30)
+        assert "event=config_changed" in w.output()
+    finally:
+        d.stop()
+
+
 def test_the_same_key_on_two_topics_is_two_records_for_a_destination(tmp_path, workers, kafka_bootstrap,
                                                                      unique):
     """Keys are unique per topic: a destination subscribed to both topics gets both

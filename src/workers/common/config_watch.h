@@ -10,6 +10,10 @@
  * While the database is down the cached configuration stays in use, the connection is
  * retried, and every 5 s one peer is asked: a higher published version replaces the
  * cached one, a lower one never does.
+ *
+ * After the start all of that runs on a thread of its own: a database that hangs, a lock
+ * a DBA holds on the control plane's tables or a peer that does not answer holds up the
+ * next configuration, never the worker's loop.
  */
 #ifndef WAL_CONFIG_WATCH_H
 #define WAL_CONFIG_WATCH_H
@@ -27,7 +31,10 @@ config_watch *config_watch_start(const worker_options *opts, volatile sig_atomic
 
 const control_plane_config *config_watch_current(const config_watch *watch);
 
-/* Non-blocking. True when a newer configuration replaced the current one. */
+/*
+ * Non-blocking (it takes what the watcher thread handed over). True when a newer
+ * configuration replaced the current one; only the worker's own thread calls it.
+ */
 bool config_watch_poll(config_watch *watch);
 
 /* The cached document for peers, signing secrets redacted (malloc'd). */
