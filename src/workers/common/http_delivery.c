@@ -567,11 +567,16 @@ http_engine_withdraw(http_engine *engine, http_keep_fn keep, void *arg)
 	return completed;
 }
 
-/* Hands out free slots round-robin over ready destinations; returns how many completed. */
+/*
+ * Hands out free slots round-robin over ready destinations; returns how many completed.
+ * *started counts the transfers it added to the multi handle.
+ */
 static int
-start_waiting_requests(http_engine *engine)
+start_waiting_requests(http_engine *engine, int *started)
 {
 	int completed = complete_held_requests(engine);
+
+	*started = 0;
 
 	while (engine->ready_head &&
 		   (engine->max_total_in_flight <= 0 || engine->in_flight < engine->max_total_in_flight))
@@ -597,6 +602,8 @@ start_waiting_requests(http_engine *engine)
 			complete_request(engine, r, rc, false);
 			completed++;
 		}
+		else
+			(*started)++;
 		mark_ready_if_runnable(engine, d);
 	}
 	return completed;
@@ -834,7 +841,8 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 int
 http_engine_poll(http_engine *engine, int timeout_ms)
 {
-	int completed = start_waiting_requests(engine);
+	int started;
+	int completed = start_waiting_requests(engine, &started);
 
 	if (!perform_transfers(engine))
 		return -1;
@@ -855,7 +863,14 @@ http_engine_poll(http_engine *engine, int timeout_ms)
 		completed += read_completions(engine);
 	}
 	/* Slots freed above go to waiting requests now, not one poll later. */
-	completed += start_waiting_requests(engine);
+	completed += start_waiting_requests(engine, &started);
+	/*
+	 * And they are sent now: otherwise they sat in their slots, unsent, through the
+	 * caller's next turn (a batch of records to take in), while the destination idled
+	 * (bench/deliver at 0 ms).
+	 */
+	if (started > 0 && !perform_transfers(engine))
+		return -1;
 	return completed;
 }
 

@@ -393,10 +393,12 @@ take_records(consumer_state *st, int busy)
 	rd_kafka_message_t *rkm = NULL;
 	bool got_any;
 
+	/* The clock only matters while saturated: one read a turn, not two every turn. */
 	if (!saturated || now_ms() >= st->next_forced_poll_ms)
 	{
 		rkm = rd_kafka_consumer_poll(st->consumer, busy ? 0 : 100);
-		st->next_forced_poll_ms = now_ms() + 1000;
+		if (saturated)
+			st->next_forced_poll_ms = now_ms() + 1000;
 	}
 	got_any = rkm != NULL;
 	for (int n = 0; rkm; n++)

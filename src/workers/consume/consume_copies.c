@@ -14,6 +14,9 @@
 #include "common/webhook.h"
 #include "consume/consume_state.h"
 
+/* Destinations per record whose lists handle_record keeps on the stack. */
+#define STACK_TARGETS 32
+
 typedef struct shared_record shared_record;
 
 /* One destination's copy of a record; lives inside its shared_record. */
@@ -250,15 +253,31 @@ find_targets(consumer_state *st, const control_plane_config *config, const char 
 	return n;
 }
 
+static void
+free_targets(bool on_stack, const destination_config **targets, dedupe_pair *pairs)
+{
+	if (on_stack)
+		return;
+	free(targets);
+	free(pairs);
+}
+
 void
 handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 {
 	const control_plane_config *config = config_watch_current(st->watch);
 	const char *topic = rd_kafka_topic_name(rkm->rkt);
-	/* As many as the config has: no fixed limit on a topic's fan-out. */
+	/*
+	 * As many as the config has: no fixed limit on a topic's fan-out. Up to
+	 * STACK_TARGETS on the stack, the common case, so a record costs no malloc here.
+	 */
 	int max_targets = config->n_destinations > 0 ? config->n_destinations : 1;
-	const destination_config **targets = malloc(sizeof(*targets) * max_targets);
-	dedupe_pair *pairs = malloc(sizeof(*pairs) * max_targets);
+	const destination_config *stack_targets[STACK_TARGETS];
+	dedupe_pair stack_pairs[STACK_TARGETS];
+	bool on_stack = max_targets <= STACK_TARGETS;
+	const destination_config **targets =
+		on_stack ? stack_targets : malloc(sizeof(*targets) * max_targets);
+	dedupe_pair *pairs = on_stack ? stack_pairs : malloc(sizeof(*pairs) * max_targets);
 	int n_targets;
 	size_t names_len;
 	tracked_record *record;
@@ -278,8 +297,7 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	if (n_targets == 0)
 	{
 		handoff_message_clear(&msg);
-		free(targets);
-		free(pairs);
+		free_targets(on_stack, targets, pairs);
 		return;
 	}
 	shared = malloc(sizeof(*shared) + sizeof(record_copy) * n_targets + names_len);
@@ -307,6 +325,5 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	}
 	for (int i = 0; i < n_targets; i++)
 		deliver_copy(st, &shared->copies[i], targets[i]);
-	free(targets);
-	free(pairs);
+	free_targets(on_stack, targets, pairs);
 }
