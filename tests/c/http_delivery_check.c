@@ -20,6 +20,10 @@
  *
  * "max_in_flight_seen" is the most requests the engine had in flight per destination,
  * sampled after every submit and every poll.
+ *
+ * --hold-ms N: after every poll that completed a request, a "hold" line with the wall
+ * clock (ms), then N ms without polling, as a consumer's loop spends a turn on other work:
+ * what the engine started within that poll must already be on its way meanwhile.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -48,6 +52,7 @@ typedef struct
 	bool sequential;
 	bool insecure;
 	int abort_after_ms;
+	int hold_ms;
 	const char *method;
 	const char *headers[MAX_HEADERS];
 	int n_headers;
@@ -250,9 +255,22 @@ poll_until_idle(check_run *run, long long deadline_ms)
 {
 	while (http_engine_pending(run->engine, NULL) > 0 && monotonic_ms() < deadline_ms)
 	{
-		if (http_engine_poll(run->engine, 100) < 0)
+		int completed = http_engine_poll(run->engine, 100);
+
+		if (completed < 0)
 			break;
 		sample_in_flight(run);
+		if (completed > 0 && run->opts->hold_ms > 0)
+		{
+			struct timespec wall, hold = {run->opts->hold_ms / 1000,
+										  (run->opts->hold_ms % 1000) * 1000000L};
+
+			clock_gettime(CLOCK_REALTIME, &wall);
+			printf("{\"event\":\"hold\",\"wall_ms\":%lld}\n",
+				   (long long) wall.tv_sec * 1000 + wall.tv_nsec / 1000000);
+			fflush(stdout);
+			nanosleep(&hold, NULL);
+		}
 	}
 }
 
@@ -352,6 +370,7 @@ main(int argc, char **argv)
 		{"sequential", no_argument, NULL, 's'},
 		{"insecure", no_argument, NULL, 'k'},
 		{"abort-after-ms", required_argument, NULL, 'a'},
+		{"hold-ms", required_argument, NULL, 'h'},
 		{"method", required_argument, NULL, 'X'},
 		{"header", required_argument, NULL, 'H'},
 		{"body", required_argument, NULL, 'b'},
@@ -419,6 +438,9 @@ main(int argc, char **argv)
 				break;
 			case 'a':
 				opts.abort_after_ms = atoi(optarg);
+				break;
+			case 'h':
+				opts.hold_ms = atoi(optarg);
 				break;
 			case 'X':
 				opts.method = optarg;

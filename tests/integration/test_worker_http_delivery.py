@@ -273,6 +273,19 @@ def test_keep_alive_reuses_one_connection_for_sequential_requests(driver, destin
     assert sum(x["new_connections"] == 0 for x in done) == 9
 
 
+def test_a_freed_slot_sends_the_next_request_before_the_poll_returns(driver, destination):
+    """A request that an answer's freed slot starts goes out in that same poll: a consumer's
+    next turn (taking in records) must not keep it unsent while the destination idles."""
+    lines = run(driver, destination.url, "requests", "--path", "/next", "--count", 3,
+                "--max-in-flight", 1, "--hold-ms", 1500)
+    holds = [x["wall_ms"] / 1000 for x in lines if x["event"] == "hold"]
+    got = sorted(r["arrived_at"] for r in destination.requests("/next"))
+    assert len(got) == 3 and len(holds) >= 2
+    # The 2nd and 3rd requests arrived during the holds after the 1st and 2nd answers, not
+    # after them (a poll that did not send them would leave them until the hold ended).
+    assert got[1] < holds[0] + 1.0
+    assert got[2] < holds[1] + 1.0
+
 def test_method_headers_and_body_arrive_as_sent(driver, destination):
     body = '{"name": "Zoë", "note": "line\\nbreak", "n": 1}'
     got = one(driver, destination.url, "--path", "/orders/42?x=1", "--method", "PUT",

@@ -387,9 +387,12 @@ configure_transfer(delivery_request *r, bool fresh)
 	return rc;
 }
 
-/* Moves a waiting request into flight; on failure it stays the caller's to complete. */
+/*
+ * Moves a waiting request into flight at time now (the caller's clock reading, shared
+ * by the requests it starts together); on failure it stays the caller's to complete.
+ */
 static CURLcode
-start_transfer(http_engine *engine, delivery_request *r)
+start_transfer(http_engine *engine, delivery_request *r, long long now)
 {
 	CURLcode rc;
 	CURLMcode mrc;
@@ -421,7 +424,7 @@ start_transfer(http_engine *engine, delivery_request *r)
 		return rc;
 	}
 
-	r->started_at_ms = now_ms();
+	r->started_at_ms = now;
 	r->prev_active = NULL;
 	r->next_active = engine->active_head;
 	if (engine->active_head)
@@ -575,6 +578,7 @@ static int
 start_waiting_requests(http_engine *engine, int *started)
 {
 	int completed = complete_held_requests(engine);
+	long long now = engine->ready_head ? now_ms() : 0;
 
 	*started = 0;
 
@@ -593,7 +597,7 @@ start_waiting_requests(http_engine *engine, int *started)
 		d->waiting--;
 		engine->waiting--;
 
-		rc = start_transfer(engine, r);
+		rc = start_transfer(engine, r, now);
 		if (rc != CURLE_OK)
 		{
 			log_warn("event=http_request_not_started destination=\"%s\" url=\"%s\" "
@@ -815,7 +819,7 @@ http_engine_submit(http_engine *engine, const http_request *request, http_done_f
 	if (!d->waiting_head && destination_has_room(d) &&
 		(engine->max_total_in_flight <= 0 || engine->in_flight < engine->max_total_in_flight))
 	{
-		CURLcode rc = start_transfer(engine, r);
+		CURLcode rc = start_transfer(engine, r, r->submitted_at_ms);
 
 		if (rc != CURLE_OK)
 		{
