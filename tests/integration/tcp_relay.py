@@ -1,6 +1,8 @@
 """A TCP relay: accepts on one address and joins each connection to a target, in a
 thread per direction. close() drops the listener and every open connection, as a cut
-cable would. Tests import TcpRelay; run as a program it relays until killed (used inside
+cable would; freeze() keeps every connection open and passes nothing more (a new one is
+let in by the kernel and never answered), as a link that drops packets does, until
+thaw(). Tests import TcpRelay; run as a program it relays until killed (used inside
 a network namespace):
 
     tcp_relay.py LISTEN_HOST LISTEN_PORT TARGET_HOST TARGET_PORT   prints "relaying"
@@ -13,7 +15,8 @@ import time
 
 class TcpRelay:
     """Accepts on (listen_host, listen_port) and joins each connection to target. close()
-    drops the listener and every open connection, as a cut cable would."""
+    drops the listener and every open connection, as a cut cable would; freeze() passes
+    nothing until thaw()."""
 
     def __init__(self, listen_host, target, listen_port=0):
         self.target = target
@@ -22,7 +25,15 @@ class TcpRelay:
         self.conns = []
         self.lock = threading.Lock()
         self.closed = False
+        self.flowing = threading.Event()
+        self.flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self):
+        self.flowing.clear()
+
+    def thaw(self):
+        self.flowing.set()
 
     def _accept(self):
         while True:
@@ -30,6 +41,7 @@ class TcpRelay:
                 client, _ = self.server.accept()
             except OSError:
                 return
+            self.flowing.wait()
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
@@ -45,10 +57,10 @@ class TcpRelay:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src, dst):
+    def _pump(self, src, dst):
         try:
             while data := src.recv(65536):
+                self.flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass
@@ -59,6 +71,7 @@ class TcpRelay:
                 pass
 
     def close(self):
+        self.flowing.set()
         with self.lock:
             self.closed = True
             conns, self.conns = self.conns, []

@@ -18,6 +18,7 @@ from conftest import Destination, connect, env_cmd, record_key
 from consumer_helpers import (Worker, add_destination, standard_webhooks_signature, wait_group_caught_up,
                               wait_published)
 from relay_helpers import duplicates, make_topic, read_topic, report, wait_all_stored, wait_until
+from tcp_relay import TcpRelay
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -40,7 +41,9 @@ def workers(tmp_path, kafka_bootstrap):
         w.stop(signal.SIGKILL if w.proc.poll() is None else signal.SIGTERM, timeout=5)
 
 
-def read_partition(bootstrap, topic, partition, count, timeout=30):
+def read_partition(bootstrap, topic, partition, count, timeout=30, destination=None):
+    """The first count messages of a partition, or of those for destination: a retry
+    partition is shared by destinations, and by earlier tests in a long-lived environment."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-" + uuid.uuid4().hex,
                   "enable.auto.commit": False})
     c.assign([TopicPartition(topic, partition, 0)])
@@ -48,7 +51,8 @@ def read_partition(bootstrap, topic, partition, count, timeout=30):
     try:
         while len(got) < count and time.time() < deadline:
             m = c.poll(0.5)
-            if m is not None and not m.error():
+            if m is not None and not m.error() and (
+                    destination is None or dict(m.headers() or []).get("destination") == destination.encode()):
                 got.append(m)
     finally:
         c.close()
@@ -119,8 +123,8 @@ def test_failures_are_handed_off_durably_then_the_offset_commits(tmp_path, worke
                                            " WHERE name = %s", (f"flaky-{unique}",)).fetchone()[0]
         w = workers()
         ok.wait_for(5)
-        retried = read_partition(kafka_bootstrap, "wal_delivery.retry.1", flaky_partition, 5)
-        mine = [m for m in retried if dict(m.headers() or []).get("destination") == f"flaky-{unique}".encode()]
+        mine = read_partition(kafka_bootstrap, "wal_delivery.retry.1", flaky_partition, 5,
+                              destination=f"flaky-{unique}")
         assert {m.key().decode() for m in mine} == set(keys)
         h = {k: v.decode() for k, v in mine[0].headers()}
         assert h["source-topic"] == topic and h["last-error"] == "HTTP 503" and h["attempt"] == "1"
@@ -172,7 +176,7 @@ def test_retry_after_of_a_429_travels_with_the_retry(tmp_path, workers, kafka_bo
             part = conn.execute("SELECT retry_partition FROM wal_delivery.destinations"
                                 " WHERE name = %s", (f"busy-{unique}",)).fetchone()[0]
         workers()
-        [m] = [m for m in read_partition(kafka_bootstrap, "wal_delivery.retry.1", part, 1)]
+        [m] = read_partition(kafka_bootstrap, "wal_delivery.retry.1", part, 1, destination=f"busy-{unique}")
         h = {k: v.decode() for k, v in m.headers()}
         assert int(h["not-before"]) - int(h["step-entered-at"]) == 7000
     finally:
@@ -347,7 +351,7 @@ def test_unresolvable_and_silent_destinations_go_to_retry_with_the_reason(tmp_pa
             parts = dict(conn.execute("SELECT name, retry_partition FROM wal_delivery.destinations").fetchall())
         w = workers()
         for name, needle in ((f"nxdomain-{unique}", "resolve"), (f"silent-{unique}", "timed out")):
-            [m] = read_partition(kafka_bootstrap, "wal_delivery.retry.1", parts[name], 1)
+            [m] = read_partition(kafka_bootstrap, "wal_delivery.retry.1", parts[name], 1, destination=name)
             assert needle in dict(m.headers() or [])["last-error"].decode().lower()
             assert w.metric("wal_handed_off_total", destination=name, to="retry.1") == 1
         assert "event=hand_off" in w.output()
@@ -538,6 +542,42 @@ def test_a_lock_on_the_control_plane_holds_up_the_config_not_the_deliveries(tmp_
         d.wait_for(6, timeout=30)
         assert "event=config_changed" in w.output()
     finally:
+        d.stop()
+
+
+def test_a_database_that_stops_answering_does_not_stop_the_deliveries(tmp_path, workers, unique):
+    """The worker's connections to the database go through a relay that then freezes: no
+    byte passes, no connection is refused or closed (a link that drops packets). The
+    worker's pause state and config watch wait for answers that never come; records
+    already in Kafka are delivered meanwhile, and it settles again once the link is back."""
+    topic = f"c.frozen.{unique}"
+    d = Destination(tmp_path)
+    relay = TcpRelay("127.0.0.1", (os.environ["PGHOST"], int(os.environ["PGPORT"])))
+    try:
+        with connect() as conn:
+            make_topic(conn, topic)
+            add_destination(conn, f"frozen-{unique}", d.url, [topic])
+            wait_published(conn)
+        # Time scale 10: the pause state re-reads the database every 0.5 s.
+        w = workers("--time-scale", "10", env={"PGHOST": "127.0.0.1", "PGPORT": str(relay.port)})
+        w.wait_ready()
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue(%s, 'before'::text, 'f0')", (topic,))
+            d.wait_for(1, timeout=30)
+            relay.freeze()
+            time.sleep(1)  # the worker's next statements are now waiting for an answer
+            for i in range(1, 6):
+                conn.execute("SELECT wal_enqueue(%s, %s::text, %s)", (topic, f"frozen {i}", f"f{i}"))
+            d.wait_for(6, timeout=30)
+        # The pause state's statement did wait (and gave up) while the copies went out.
+        wait_until(lambda: "no answer within" in w.output(), timeout=15, what="the pause state's timeout")
+        relay.thaw()
+        with connect() as conn:
+            conn.execute("SELECT wal_enqueue(%s, 'after'::text, 'f6')", (topic,))
+        d.wait_for(7, timeout=60)
+        assert w.proc.poll() is None
+    finally:
+        relay.close()
         d.stop()
 
 

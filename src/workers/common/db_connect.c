@@ -3,9 +3,12 @@
  */
 #include "db_connect.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 
 PGconn *
@@ -42,4 +45,50 @@ db_ensure(PGconn **conn, const char *conninfo, const char *role, const char *wai
 	PQfinish(*conn);
 	*conn = NULL;
 	return false;
+}
+
+/* Waits until the connection has a whole result to give, or the deadline passes. */
+static bool
+wait_for_result(PGconn *conn, int64_t deadline_ms, bool *timed_out)
+{
+	while (PQisBusy(conn))
+	{
+		struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+		int64_t left = deadline_ms - now_ms();
+
+		if (left <= 0)
+		{
+			*timed_out = true;
+			return false;
+		}
+		if (poll(&p, 1, (int) left) < 0 && errno != EINTR)
+			return false;
+		if (!PQconsumeInput(conn))
+			return false;
+	}
+	return true;
+}
+
+PGresult *
+db_exec_within(PGconn *conn, const char *sql, int n, const char *const *values, long timeout_ms,
+			   bool *timed_out)
+{
+	int64_t deadline_ms = now_ms() + timeout_ms;
+	PGresult *last = NULL, *res;
+
+	*timed_out = false;
+	if (!PQsendQueryParams(conn, sql, n, NULL, values, NULL, NULL, 0))
+		return NULL;
+	for (;;)
+	{
+		if (!wait_for_result(conn, deadline_ms, timed_out))
+		{
+			PQclear(last);
+			return NULL;
+		}
+		if ((res = PQgetResult(conn)) == NULL)
+			return last;
+		PQclear(last);
+		last = res;
+	}
 }

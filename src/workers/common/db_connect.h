@@ -25,4 +25,15 @@ PGconn *db_connect(const char *conninfo, const char *role);
 bool db_ensure(PGconn **conn, const char *conninfo, const char *role, const char *waiting,
 			   bool *fresh);
 
+/*
+ * Like PQexecParams, but waits at most timeout_ms for the answer, for a worker's loop that
+ * must not stop for a database that hangs (a cut link that drops packets answers nothing,
+ * ever). NULL when the statement could not be sent or no answer came in time; then
+ * *timed_out says which, and the connection is unusable (an answer may still arrive on
+ * it): close it. A lock the statement waits for is the server's statement_timeout's to
+ * end, so that a closed connection leaves no backend waiting on it.
+ */
+PGresult *db_exec_within(PGconn *conn, const char *sql, int n, const char *const *values,
+						 long timeout_ms, bool *timed_out);
+
 #endif

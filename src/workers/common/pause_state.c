@@ -16,7 +16,15 @@
 
 #define REFRESH_INTERVAL_MS   5000
 #define RECONNECT_INTERVAL_MS 2000
-#define CHECK_INTERVAL_MS     20 /* how often the main loop's poll looks for a NOTIFY */
+/*
+ * The worker's loop waits on this connection, so a database that hangs may cost it this
+ * much per statement (the server ends a lock wait sooner: STATEMENT_TIMEOUT) ...
+ */
+#define ANSWER_TIMEOUT_MS 3000
+#define STATEMENT_TIMEOUT "2s"
+/* ... and, after a connect that timed out rather than being refused, waits this long. */
+#define RECONNECT_AFTER_TIMEOUT_MS 20000
+#define CHECK_INTERVAL_MS          20 /* how often the main loop's poll looks for a NOTIFY */
 /* How long a reachable database may lag behind a pause heard on the pause topic. */
 #define ANNOUNCED_PAUSE_CONFIRM_MS 10000
 /* How often a process that announces pauses repeats those in force (divided by --time-scale). */
@@ -81,19 +89,48 @@ get_entry(pause_state *ps, const char *destination)
 	return e;
 }
 
+/* One statement, bounded by ANSWER_TIMEOUT_MS; NULL (logged, connection closed) on failure. */
+static PGresult *
+run_on_connection(pause_state *ps, const char *sql, int n, const char *const *values)
+{
+	bool timed_out;
+	PGresult *res = db_exec_within(ps->conn, sql, n, values, ANSWER_TIMEOUT_MS, &timed_out);
+
+	if (res != NULL &&
+		(PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK))
+		return res;
+	if (timed_out)
+		log_warn("event=pause_state_query_failed error=\"no answer within %d ms\" msg=\"closing "
+				 "the connection; using the last known pause states\"",
+				 ANSWER_TIMEOUT_MS);
+	else
+		log_warn("event=pause_state_query_failed error=\"%.*s\"",
+				 (int) strcspn(PQerrorMessage(ps->conn), "\n"), PQerrorMessage(ps->conn));
+	PQclear(res);
+	if (timed_out || PQstatus(ps->conn) != CONNECTION_OK)
+	{
+		PQfinish(ps->conn);
+		ps->conn = NULL;
+	}
+	return NULL;
+}
+
 static bool
 connected(pause_state *ps)
 {
 	PGresult *res;
+	int64_t began = now_ms();
 
 	if (ps->conn && PQstatus(ps->conn) == CONNECTION_OK)
 		return true;
-	if (now_ms() < ps->next_reconnect_ms)
+	if (began < ps->next_reconnect_ms)
 		return false;
-	ps->next_reconnect_ms = now_ms() + RECONNECT_INTERVAL_MS;
 	if (ps->conn)
 		PQfinish(ps->conn);
 	ps->conn = db_connect(ps->opts->conninfo, ps->opts->role);
+	/* A refused connect is cheap to try again soon; one that hung for its timeout is not. */
+	ps->next_reconnect_ms =
+		now_ms() + (now_ms() - began >= 1000 ? RECONNECT_AFTER_TIMEOUT_MS : RECONNECT_INTERVAL_MS);
 	if (PQstatus(ps->conn) != CONNECTION_OK)
 	{
 		if (!ps->down_logged)
@@ -108,32 +145,23 @@ connected(pause_state *ps)
 	if (ps->down_logged)
 		log_info("event=pause_state_db_back");
 	ps->down_logged = false;
-	res = PQexec(ps->conn, "LISTEN wal_delivery_pause");
-	PQclear(res);
+	res = run_on_connection(ps, "SET statement_timeout = '" STATEMENT_TIMEOUT "'", 0, NULL);
+	if (res != NULL)
+	{
+		PQclear(res);
+		PQclear(run_on_connection(ps, "LISTEN wal_delivery_pause", 0, NULL));
+	}
 	ps->next_refresh_ms = 0; /* notifications may have been missed */
-	return true;
+	return ps->conn != NULL;
 }
 
 /* Runs one statement; NULL (logged) on failure. The caller clears the result. */
 static PGresult *
 run(pause_state *ps, const char *sql, int n, const char *const *values)
 {
-	PGresult *res;
-
 	if (!connected(ps))
 		return NULL;
-	res = PQexecParams(ps->conn, sql, n, NULL, values, NULL, NULL, 0);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-		return res;
-	log_warn("event=pause_state_query_failed error=\"%.*s\"",
-			 (int) strcspn(PQerrorMessage(ps->conn), "\n"), PQerrorMessage(ps->conn));
-	PQclear(res);
-	if (PQstatus(ps->conn) != CONNECTION_OK)
-	{
-		PQfinish(ps->conn);
-		ps->conn = NULL;
-	}
-	return NULL;
+	return run_on_connection(ps, sql, n, values);
 }
 
 static void
