@@ -575,6 +575,8 @@ def test_a_database_that_stops_answering_does_not_stop_the_deliveries(tmp_path, 
         with connect() as conn:
             conn.execute("SELECT wal_enqueue(%s, 'after'::text, 'f6')", (topic,))
         d.wait_for(7, timeout=60)
+        # The pause state connects again (step by step, on the loop) once the link is back.
+        wait_until(lambda: "event=pause_state_db_back" in w.output(), timeout=60, what="the pause state back")
         assert w.proc.poll() is None
     finally:
         relay.close()

@@ -11,8 +11,9 @@
 #include "clock.h"
 #include "log.h"
 
-PGconn *
-db_connect(const char *conninfo, const char *role)
+/* Opens a connection the worker's way; start: PQconnectStartParams, else PQconnectdbParams. */
+static PGconn *
+open_connection(const char *conninfo, const char *role, bool start)
 {
 	char application_name[64];
 	/* Defaults first: settings in the expanded conninfo that follows override them. */
@@ -20,7 +21,33 @@ db_connect(const char *conninfo, const char *role)
 	const char *values[] = {"5", application_name, conninfo ? conninfo : "", NULL};
 
 	snprintf(application_name, sizeof(application_name), "wal-worker %s", role);
-	return PQconnectdbParams(keys, values, 1);
+	return start ? PQconnectStartParams(keys, values, 1) : PQconnectdbParams(keys, values, 1);
+}
+
+PGconn *
+db_connect(const char *conninfo, const char *role)
+{
+	return open_connection(conninfo, role, false);
+}
+
+PGconn *
+db_connect_start(const char *conninfo, const char *role)
+{
+	return open_connection(conninfo, role, true);
+}
+
+PostgresPollingStatusType
+db_connect_advance(PGconn *conn, PostgresPollingStatusType last)
+{
+	struct pollfd p = {.fd = PQsocket(conn),
+					   .events = last == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+
+	if (PQstatus(conn) == CONNECTION_BAD)
+		return PGRES_POLLING_FAILED;
+	/* libpq wants to be polled only once its socket is ready (libpq-connect). */
+	if (p.fd >= 0 && poll(&p, 1, 0) == 0)
+		return last;
+	return PQconnectPoll(conn);
 }
 
 bool

@@ -17,6 +17,18 @@
 PGconn *db_connect(const char *conninfo, const char *role);
 
 /*
+ * The same connection opened without waiting, for a loop that must not stop: NULL when
+ * libpq cannot even allocate one. Drive it with db_connect_advance (first with
+ * PGRES_POLLING_WRITING, then with what it last returned) until PGRES_POLLING_OK or
+ * PGRES_POLLING_FAILED; connect_timeout does not apply, the caller keeps its own deadline.
+ */
+PGconn *db_connect_start(const char *conninfo, const char *role);
+
+/* One non-blocking step of the connection's handshake: it returns `last` until its socket is ready.
+ */
+PostgresPollingStatusType db_connect_advance(PGconn *conn, PostgresPollingStatusType last);
+
+/*
  * Keeps *conn connected for a worker that cannot go on without it. True when it is
  * connected; *fresh (may be NULL) says it was connected just now ("event=db_connected").
  * False, *conn NULL, when the database cannot be reached: logged as db_unreachable with

@@ -22,7 +22,11 @@
  */
 #define ANSWER_TIMEOUT_MS 3000
 #define STATEMENT_TIMEOUT "2s"
-/* ... and, after a connect that timed out rather than being refused, waits this long. */
+/*
+ * ... and a connect, made step by step on each poll, is given this long before it is
+ * dropped; after one that timed out rather than being refused, the next waits longer.
+ */
+#define CONNECT_TIMEOUT_MS         5000
 #define RECONNECT_AFTER_TIMEOUT_MS 20000
 #define CHECK_INTERVAL_MS          20 /* how often the main loop's poll looks for a NOTIFY */
 /* How long a reachable database may lag behind a pause heard on the pause topic. */
@@ -53,6 +57,9 @@ struct pause_state
 	const worker_options *opts;
 	char *holder;
 	PGconn *conn;
+	bool connecting; /* conn is still in its handshake (db_connect_advance) */
+	PostgresPollingStatusType connect_step;
+	int64_t connect_deadline_ms;
 	long refresh_interval_ms;
 	int64_t next_refresh_ms;
 	int64_t next_check_ms;
@@ -111,37 +118,31 @@ run_on_connection(pause_state *ps, const char *sql, int n, const char *const *va
 	{
 		PQfinish(ps->conn);
 		ps->conn = NULL;
+		ps->down_logged = timed_out; /* a lost connection says so when it connects */
 	}
 	return NULL;
 }
 
+static void
+connect_failed(pause_state *ps, const char *why)
+{
+	if (!ps->down_logged)
+		log_warn("event=pause_state_db_unreachable error=\"%.*s\" msg=\"using the last known "
+				 "pause states\"",
+				 (int) strcspn(why, "\n"), why);
+	ps->down_logged = true;
+	PQfinish(ps->conn);
+	ps->conn = NULL;
+	ps->connecting = false;
+}
+
+/* The handshake is done: the session's settings, then the LISTEN. */
 static bool
-connected(pause_state *ps)
+on_connected(pause_state *ps)
 {
 	PGresult *res;
-	int64_t began = now_ms();
 
-	if (ps->conn && PQstatus(ps->conn) == CONNECTION_OK)
-		return true;
-	if (began < ps->next_reconnect_ms)
-		return false;
-	if (ps->conn)
-		PQfinish(ps->conn);
-	ps->conn = db_connect(ps->opts->conninfo, ps->opts->role);
-	/* A refused connect is cheap to try again soon; one that hung for its timeout is not. */
-	ps->next_reconnect_ms =
-		now_ms() + (now_ms() - began >= 1000 ? RECONNECT_AFTER_TIMEOUT_MS : RECONNECT_INTERVAL_MS);
-	if (PQstatus(ps->conn) != CONNECTION_OK)
-	{
-		if (!ps->down_logged)
-			log_warn("event=pause_state_db_unreachable error=\"%.*s\" msg=\"using the last known "
-					 "pause states\"",
-					 (int) strcspn(PQerrorMessage(ps->conn), "\n"), PQerrorMessage(ps->conn));
-		ps->down_logged = true;
-		PQfinish(ps->conn);
-		ps->conn = NULL;
-		return false;
-	}
+	ps->connecting = false;
 	if (ps->down_logged)
 		log_info("event=pause_state_db_back");
 	ps->down_logged = false;
@@ -153,6 +154,51 @@ connected(pause_state *ps)
 	}
 	ps->next_refresh_ms = 0; /* notifications may have been missed */
 	return ps->conn != NULL;
+}
+
+/*
+ * True when the connection is usable. A new one is made a step per call, so that a
+ * database that does not answer costs the worker's loop nothing while it connects.
+ */
+static bool
+connected(pause_state *ps)
+{
+	int64_t now = now_ms();
+
+	if (ps->conn && !ps->connecting && PQstatus(ps->conn) == CONNECTION_OK)
+		return true;
+	if (ps->conn == NULL || !ps->connecting)
+	{
+		if (now < ps->next_reconnect_ms)
+			return false;
+		ps->next_reconnect_ms = now + RECONNECT_INTERVAL_MS;
+		if (ps->conn)
+			PQfinish(ps->conn);
+		ps->conn = db_connect_start(ps->opts->conninfo, ps->opts->role);
+		if (ps->conn == NULL)
+		{
+			connect_failed(ps, "out of memory");
+			return false;
+		}
+		ps->connecting = true;
+		ps->connect_step = PGRES_POLLING_WRITING;
+		ps->connect_deadline_ms = now + CONNECT_TIMEOUT_MS;
+	}
+	ps->connect_step = db_connect_advance(ps->conn, ps->connect_step);
+	if (ps->connect_step == PGRES_POLLING_OK)
+		return on_connected(ps);
+	if (ps->connect_step == PGRES_POLLING_FAILED)
+	{
+		connect_failed(ps, PQerrorMessage(ps->conn));
+		return false;
+	}
+	if (now >= ps->connect_deadline_ms)
+	{
+		/* It hung rather than being refused: not worth trying again as soon. */
+		ps->next_reconnect_ms = now + RECONNECT_AFTER_TIMEOUT_MS;
+		connect_failed(ps, "no answer to the connection within 5 s");
+	}
+	return false;
 }
 
 /* Runs one statement; NULL (logged) on failure. The caller clears the result. */
@@ -327,6 +373,16 @@ pause_state_new(const worker_options *opts, const control_plane_config *config, 
 		log_warn("event=pause_channel_unavailable error=\"%s\" msg=\"pauses come from the "
 				 "database alone\"",
 				 errbuf);
+	/*
+	 * The first connection is waited for (up to connect_timeout), so the pauses in force
+	 * are known before the first delivery; later ones are made a step at a time.
+	 */
+	ps->conn = db_connect(opts->conninfo, opts->role);
+	ps->next_reconnect_ms = now_ms() + RECONNECT_INTERVAL_MS;
+	if (PQstatus(ps->conn) == CONNECTION_OK)
+		on_connected(ps);
+	else
+		connect_failed(ps, PQerrorMessage(ps->conn));
 	pause_state_poll(ps);
 	return ps;
 }
@@ -363,7 +419,9 @@ pause_state_poll(pause_state *ps)
 	heard = ps->heard_any;
 	ps->heard_any = false;
 	announce_again(ps);
-	if (ps->conn && PQconsumeInput(ps->conn))
+	if (ps->connecting)
+		connected(ps); /* the next step of the handshake, if its socket is ready */
+	if (ps->conn && !ps->connecting && PQconsumeInput(ps->conn))
 		while ((n = PQnotifies(ps->conn)) != NULL)
 		{
 			notified = true;
