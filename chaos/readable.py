@@ -41,13 +41,15 @@ def main():
                      for t in args.topics.split(",") for p in topics[t].partitions])
     with open(args.out, "a", buffering=1) as f:
         while True:
-            for message in consumer.consume(500, 0.5):
-                at = time.time()
-                if message.error():
-                    continue
-                key = idempotency_key(message)
-                if key is not None:
-                    f.write(json.dumps({"id": f"{message.topic()}:{key}", "at": at}) + "\n")
+            # One message a call: a batch call waits to fill its batch, and each record's
+            # time would be that of the batch's last.
+            message = consumer.poll(0.5)
+            at = time.time()
+            if message is None or message.error():
+                continue
+            key = idempotency_key(message)
+            if key is not None:
+                f.write(json.dumps({"id": f"{message.topic()}:{key}", "at": at}) + "\n")
 
 
 if __name__ == "__main__":
