@@ -261,9 +261,9 @@ watch(void *arg)
 		}
 		/* A NOTIFY reloads at once; the poll catches one that was missed. */
 		until_poll = (long) (w->next_poll_ms - now_ms());
-		if (wait_for_notify(w, until_poll < 0        ? 0
-							   : until_poll < NAP_MS ? until_poll
-													 : NAP_MS) ||
+		if (until_poll < 0)
+			until_poll = 0;
+		if (wait_for_notify(w, until_poll < NAP_MS ? until_poll : NAP_MS) ||
 			(w->conn != NULL && now_ms() >= w->next_poll_ms))
 			reload(w);
 	}

@@ -57,8 +57,7 @@ struct pause_state
 	const worker_options *opts;
 	char *holder;
 	PGconn *conn;
-	bool connecting; /* conn is still in its handshake (db_connect_advance) */
-	PostgresPollingStatusType connect_step;
+	PostgresPollingStatusType connect_step; /* of conn's handshake, while handshaking() */
 	int64_t connect_deadline_ms;
 	long refresh_interval_ms;
 	int64_t next_refresh_ms;
@@ -133,7 +132,6 @@ connect_failed(pause_state *ps, const char *why)
 	ps->down_logged = true;
 	PQfinish(ps->conn);
 	ps->conn = NULL;
-	ps->connecting = false;
 }
 
 /* The handshake is done: the session's settings, then the LISTEN. */
@@ -142,7 +140,6 @@ on_connected(pause_state *ps)
 {
 	PGresult *res;
 
-	ps->connecting = false;
 	if (ps->down_logged)
 		log_info("event=pause_state_db_back");
 	ps->down_logged = false;
@@ -156,6 +153,14 @@ on_connected(pause_state *ps)
 	return ps->conn != NULL;
 }
 
+/* conn is still in its handshake (db_connect_advance): neither usable nor lost. */
+static bool
+handshaking(const pause_state *ps)
+{
+	return ps->conn != NULL && PQstatus(ps->conn) != CONNECTION_OK &&
+		   PQstatus(ps->conn) != CONNECTION_BAD;
+}
+
 /*
  * True when the connection is usable. A new one is made a step per call, so that a
  * database that does not answer costs the worker's loop nothing while it connects.
@@ -165,9 +170,9 @@ connected(pause_state *ps)
 {
 	int64_t now = now_ms();
 
-	if (ps->conn && !ps->connecting && PQstatus(ps->conn) == CONNECTION_OK)
+	if (ps->conn && PQstatus(ps->conn) == CONNECTION_OK)
 		return true;
-	if (ps->conn == NULL || !ps->connecting)
+	if (!handshaking(ps))
 	{
 		if (now < ps->next_reconnect_ms)
 			return false;
@@ -180,7 +185,6 @@ connected(pause_state *ps)
 			connect_failed(ps, "out of memory");
 			return false;
 		}
-		ps->connecting = true;
 		ps->connect_step = PGRES_POLLING_WRITING;
 		ps->connect_deadline_ms = now + CONNECT_TIMEOUT_MS;
 	}
@@ -419,9 +423,9 @@ pause_state_poll(pause_state *ps)
 	heard = ps->heard_any;
 	ps->heard_any = false;
 	announce_again(ps);
-	if (ps->connecting)
+	if (handshaking(ps))
 		connected(ps); /* the next step of the handshake, if its socket is ready */
-	if (ps->conn && !ps->connecting && PQconsumeInput(ps->conn))
+	if (ps->conn && PQstatus(ps->conn) == CONNECTION_OK && PQconsumeInput(ps->conn))
 		while ((n = PQnotifies(ps->conn)) != NULL)
 		{
 			notified = true;
