@@ -245,3 +245,15 @@ SELECT gen = :old_gen AS back_after_rollback FROM wal_delivery.outbox_log WHERE 
 -- (The rolled-back record left a page in the next generation, which rotation would take
 -- for records; retention.sql rotates.)
 SELECT format('TRUNCATE wal_delivery.outbox_log_%s', (:old_gen + 1) % 3) \gexec
+
+-- The log's order index is on (log_order(lane, xid), id): one bigint that sorts as (lane,
+-- xid) did, a lane's range ending where the next one's starts (lane 8: the end of lane 7),
+-- and a clear error for what does not fit.
+SELECT wal_delivery.log_order(0::smallint, '5'::xid8) < wal_delivery.log_order(0::smallint, '6'::xid8) AS xids_in_order,
+       wal_delivery.log_order(0::smallint, '72057594037927935'::xid8)
+       < wal_delivery.log_order(1::smallint, '0'::xid8) AS a_lane_before_the_next,
+       wal_delivery.log_order(7::smallint, '4294967296'::xid8)
+       < wal_delivery.log_order(8::smallint, '0'::xid8) AS the_end_of_the_last_lane;
+SELECT * FROM regress.try($$SELECT wal_delivery.log_order(9::smallint, '1'::xid8)$$);
+SELECT * FROM regress.try($$SELECT wal_delivery.log_order(-1::smallint, '1'::xid8)$$);
+SELECT * FROM regress.try($$SELECT wal_delivery.log_order(0::smallint, '72057594037927936'::xid8)$$);

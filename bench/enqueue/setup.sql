@@ -21,7 +21,7 @@ CREATE TABLE orders (
 
 -- The baseline: the shape of what wal_enqueue writes for a topic without a processor, one
 -- generation of the log (outbox_log_0): same columns and defaults, the same indexes
--- (the relay's (lane, xid, id) and the partial unique dedupe index of caller's keys),
+-- (the relay's (log_order(lane, xid), id) and the partial unique dedupe index of caller's keys),
 -- the same storage parameters (autovacuum off). A plain table: the log's partitioning is
 -- the extension's business, the application would insert into one table. Its ids come
 -- from a sequence of its own, as the log's do.

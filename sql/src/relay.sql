@@ -176,14 +176,16 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
 BEGIN
-    -- By (lane, xid, id), the log's one index besides the dedupe one.
+    -- By the log's order index (log_order(lane, xid), id), its one besides the dedupe one.
     INSERT INTO wal_delivery.outbox_rows (id, topic, idempotency_key, needs_processing, message_key, headers,
                                           content_type, payload, enqueued_by, created_at, enqueued_by_session,
                                           held_xid)
     SELECT l.id, l.topic, l.idempotency_key, false, l.message_key, l.headers, l.content_type, l.payload,
            l.enqueued_by, l.created_at, l.enqueued_by_session, l.xid
       FROM unnest(p_ids, p_xids) AS h(id, xid)
-      JOIN wal_delivery.outbox_log l ON l.lane = wal_delivery.log_lane(h.id) AND l.xid = h.xid AND l.id = h.id
+      JOIN wal_delivery.outbox_log l
+        ON wal_delivery.log_order(l.lane, l.xid) = wal_delivery.log_order(wal_delivery.log_lane(h.id), h.xid)
+       AND l.id = h.id
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

@@ -5,7 +5,7 @@
 
 -- One batch of finished rows past their topic's idempotency window. Small batches with
 -- SKIP LOCKED keep each transaction short and never wait on a relay or processor. A held
--- row takes its record's copy in the log with it (by the log's (lane, xid, id) index), so
+-- row takes its record's copy in the log with it (by the log's order index), so
 -- the record neither shows in the outbox again nor keeps its key taken.
 CREATE FUNCTION wal_delivery.purge_finished_rows(p_batch_size integer DEFAULT 1000) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -28,7 +28,8 @@ BEGIN
     ), log_copies AS (
         DELETE FROM wal_delivery.outbox_log l USING gone
          WHERE gone.held_xid IS NOT NULL
-           AND l.lane = wal_delivery.log_lane(gone.id) AND l.xid = gone.held_xid AND l.id = gone.id
+           AND wal_delivery.log_order(l.lane, l.xid) = wal_delivery.log_order(wal_delivery.log_lane(gone.id), gone.held_xid)
+           AND l.id = gone.id
     )
     SELECT count(*) INTO n FROM gone;
     RETURN n;
@@ -78,7 +79,10 @@ BEGIN
         EXECUTE format($q$
             SELECT EXISTS (SELECT 1 FROM wal_delivery.outbox_log_%s l
                              JOIN wal_delivery.relay_cursors c ON c.lane = l.lane
-                            WHERE l.xid >= pg_snapshot_xmin(c.done_snap)
+                            WHERE wal_delivery.log_order(l.lane, l.xid)
+                                  >= wal_delivery.log_order(c.lane, pg_snapshot_xmin(c.done_snap))
+                              AND wal_delivery.log_order(l.lane, l.xid)
+                                  < wal_delivery.log_order((c.lane + 1)::smallint, '0')
                               AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
                                        OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
                                            AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)))

@@ -76,7 +76,10 @@ GRANT EXECUTE ON FUNCTION wal_delivery.worker_config(),
                           wal_delivery.library_version()
     TO wal_delivery_admin;
 
--- What operators read.
+-- What operators read. backlog walks the log's order index by log_order(lane, xid), and a
+-- view's functions run with the rights of whoever reads it: a pure computation of a bigint
+-- from its two arguments (on-call gets it with its views, below).
+GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8) TO wal_delivery_admin;
 GRANT SELECT ON wal_delivery.outbox, wal_delivery.config_version, wal_delivery.backlog,
       wal_delivery.unresolved_dead_letters, wal_delivery.config_status,
       wal_delivery.kafka_topics, wal_delivery.reconcile_status,
@@ -265,5 +268,6 @@ GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.resolve_dead_letters_by_id(bigint[], text),
                           wal_delivery.hold_destination(text, text),
                           wal_delivery.resume_destination(text),
-                          wal_delivery.library_version()
+                          wal_delivery.library_version(),
+                          wal_delivery.log_order(smallint, xid8)
     TO wal_delivery_oncall;

@@ -39,6 +39,7 @@
 #include "relay_wakeup.h"
 
 PG_FUNCTION_INFO_V1(wal_delivery_log_lane);
+PG_FUNCTION_INFO_V1(wal_delivery_log_order);
 
 static const char *const column_names[LOG_COLUMNS] = LOG_COLUMN_NAMES;
 
@@ -186,8 +187,18 @@ bool
 log_writer_insert(LogWriter *w, const LogRecord *r)
 {
 	bool inserted = true;
+	Oid caller;
+	int context;
 
 	store_record(w, r);
+	/*
+	 * As the log's owner, as the SQL path writes it: the order index's expression calls
+	 * wal_delivery.log_order, which a writer may not execute (its only door is wal_enqueue).
+	 * An error on the way is undone by the (sub)transaction's abort.
+	 */
+	GetUserIdAndSecContext(&caller, &context);
+	SetUserIdAndSecContext(w->rel->rd_rel->relowner,
+						   context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	if (r->caller_key)
 		inserted = insert_unless_key_exists(w);
 	else
@@ -197,6 +208,7 @@ log_writer_insert(LogWriter *w, const LogRecord *r)
 		list_free(
 			compat_ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL));
 	}
+	SetUserIdAndSecContext(caller, context);
 	ResetPerTupleExprContext(w->estate);
 	if (inserted)
 		relay_wake_lane_at_commit(log_lane_of(r->id));
@@ -218,4 +230,27 @@ Datum
 wal_delivery_log_lane(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT16((int16) log_lane_of(PG_GETARG_INT64(0)));
+}
+
+/*
+ * wal_delivery.log_order(lane, xid): the log's index key (log_order_of), for SQL. Lane
+ * LOG_LANES is allowed: log_order(lane + 1, '0') is where a lane's range ends.
+ */
+Datum
+wal_delivery_log_order(PG_FUNCTION_ARGS)
+{
+	int16 lane = PG_GETARG_INT16(0);
+	uint64 xid = U64FromFullTransactionId(PG_GETARG_FULLTRANSACTIONID(1));
+
+	if (lane < 0 || lane > LOG_LANES)
+		ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						errmsg("log lane %d is out of range", lane),
+						errhint("A log lane is between 0 and %d (%d: the end of the last one).",
+								LOG_LANES - 1, LOG_LANES)));
+	if (xid >> LOG_ORDER_XID_BITS != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("transaction id " UINT64_FORMAT " does not fit the log's order", xid),
+				 errhint("The log's order holds transaction ids below 2^%d.", LOG_ORDER_XID_BITS)));
+	PG_RETURN_INT64(log_order_of(lane, xid));
 }

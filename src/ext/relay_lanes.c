@@ -43,18 +43,20 @@ static const char lane_cursor_sql[] =
 
 /*
  * The next records of a lane after its cursor in the window: committed in the window's
- * snapshot and not in done_snap. The ordered subquery walks the (lane, xid, id) index from
- * the cursor, so a batch costs the same however long the log is; the relay's planner
- * settings (wal_delivery_relay_main) keep any other plan away whatever the statistics say.
+ * snapshot and not in done_snap. The ordered subquery walks the log's order index,
+ * (log_order(lane, xid), id), from the cursor to the window's xmax in the lane, so a batch
+ * costs the same however long the log is; the relay's planner settings
+ * (wal_delivery_relay_main) keep any other plan away whatever the statistics say.
  */
+#define LOG_ORDER "wal_delivery.log_order(l.lane, l.xid)"
 static const char lane_batch_sql[] =
 	"SELECT " SHIPPED_RECORD_COLUMNS ", c.xid::text"
 	"  FROM (SELECT l.* FROM wal_delivery.outbox_log l"
-	"         WHERE l.lane = $1 AND (l.xid, l.id) > ($4, $5)"
-	"           AND l.xid < pg_snapshot_xmax($2)"
+	"         WHERE (" LOG_ORDER ", l.id) > (wal_delivery.log_order($1, $4), $5)"
+	"           AND " LOG_ORDER " < wal_delivery.log_order($1, pg_snapshot_xmax($2))"
 	"           AND pg_visible_in_snapshot(l.xid, $2)"
 	"           AND NOT pg_visible_in_snapshot(l.xid, $3)"
-	"         ORDER BY l.lane, l.xid, l.id LIMIT $6) c" SHIPPED_RECORD_JOINS;
+	"         ORDER BY " LOG_ORDER ", l.id LIMIT $6) c" SHIPPED_RECORD_JOINS;
 
 #define LANE_XID_COLUMN (SHIPPED_COLUMNS + 1)
 
