@@ -14,7 +14,7 @@
 # 0.8.119, none of them a version of the connectors artifact).
 #
 # The JVM (as bench/anchors/debezium runs Connect): -Xms256m -Xmx1g, G1, exit on
-# OutOfMemoryError; one standalone worker on 127.0.0.1 with its REST port on loopback,
+# OutOfMemoryError, plus bytecode verification of plugin classes off (below); one standalone worker on 127.0.0.1 with its REST port on loopback,
 # StringConverter for keys and values (the record value reaches the connector as the JSON
 # text the relay wrote), offsets in a file. Started afresh for each measured run (so its
 # peak RSS and CPU are that run's), with no connector; the clock starts when the
@@ -24,10 +24,29 @@
 # request mapper's url is one expression), so fanning a topic out to 3 URLs takes 3
 # connectors, each with its own consumer group (connect-<name>) reading the topic from the
 # beginning, like the worker's 3 subscriptions. Each: tasks.max 1, POST of the record's
-# value with Content-Type: application/json to a fixed URL, okhttp's dispatcher limited to
-# IN_FLIGHT requests (per host and in all: the requests in flight; okhttp's defaults are
-# 64 and 5 per host), a connection pool of IN_FLIGHT idle connections kept 60 s (its
-# default keeps none: a new connection per request), request logging off.
+# value with Content-Type: application/json to a fixed URL (mapper mode JEXL: url, method
+# and headers are constant expressions, body sinkRecord.value()). Requests in flight: the
+# task hands each request of a batch to a thread pool that waits for the answer, so the
+# pool's size (httpclient.async.fixed.thread.pool.size) is the number in flight; IN_FLIGHT,
+# like the worker's max_in_flight (left unset, ~4 were in flight at 200 ms). okhttp's
+# dispatcher gets the same limit (its defaults: 64, 5 per host), a pool of IN_FLIGHT idle
+# connections kept 60 s (its default keeps none: a new connection per request), request
+# logging off.
+#
+# A 503 (found on this version, 2026-12-05): the exchange is marked failed and the record
+# is done; the offset is committed past it. Not retried: not by default (no retry policy)
+# and not with the documented config.default.retry.policy.* settings and retry code regex
+# ^5[0-9][0-9]$ set either (the sink still got exactly one request per record). Not sent
+# to Connect's dead letter queue with errors.tolerance=all and
+# errors.deadletterqueue.topic.name set (the topic stayed empty). So a 503'd copy is lost;
+# the connector can also publish every exchange to a topic (publish.mode PRODUCER), which
+# needs Confluent's schema-registry client, not in its zip nor on Maven Central.
+#
+# -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote: without it the sink task
+# fails to start with NoClassDefFoundError io/confluent/kafka/schemaregistry/client/
+# SchemaRegistryClient: verifying its publish code loads that class, which is missing for
+# the reason above; unverified, the class is loaded only if that code runs, and with
+# publish.mode NONE (the default) it does not.
 
 CONNECT_LIBS=$ROOT/.cache/connect-sink/libs
 CONNECT_HTTPSINK_VERSION=0.8.84
