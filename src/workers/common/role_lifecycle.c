@@ -4,18 +4,26 @@
 #include "role_lifecycle.h"
 
 #include "clock.h"
+#include "kafka_prefetch.h"
 #include "log.h"
 #include "stop_signal.h"
+
+#define MAX_ROLE_DEFAULTS 16
 
 static rd_kafka_t *
 create_consumer(const worker_options *opts, const config_watch *watch, const role_kafka *kafka,
 				char *errbuf, size_t errbuf_size)
 {
-	rd_kafka_conf_t *conf = kafka_conf_build(kafka->consumer_defaults, kafka->n_consumer_defaults,
-											 config_watch_current(watch)->kafka_bootstrap_servers,
-											 opts, errbuf, errbuf_size);
+	/* The prefetch bound first: the role's defaults, then -X, may change it. */
+	kafka_default defaults[KAFKA_PREFETCH_N_DEFAULTS + MAX_ROLE_DEFAULTS];
+	int n = kafka_prefetch_defaults(defaults);
+	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
+	for (int i = 0; i < kafka->n_consumer_defaults && i < MAX_ROLE_DEFAULTS; i++)
+		defaults[n++] = kafka->consumer_defaults[i];
+	conf = kafka_conf_build(defaults, n, config_watch_current(watch)->kafka_bootstrap_servers, opts,
+							errbuf, errbuf_size);
 	if (conf == NULL)
 		return NULL;
 	rd_kafka_conf_set_rebalance_cb(conf, kafka->on_rebalance);

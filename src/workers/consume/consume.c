@@ -310,9 +310,6 @@ connect_kafka(consumer_state *st)
 		{"enable.auto.offset.store", "false"},
 		{"auto.offset.reset", "earliest"},
 		{"client.id", "wal-worker-consume"},
-		/* The worker keeps at most MAX_OPEN_RECORDS open; librdkafka's default 64 MB
-		 * prefetch was most of its memory (bench/deliver). */
-		{"queued.max.messages.kbytes", "16384"},
 	};
 	role_kafka kafka = {defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), on_rebalance,
 						on_copy_handed_off, st};
@@ -381,7 +378,7 @@ drained_after_stop(consumer_state *st)
 
 /*
  * Backpressure: with MAX_OPEN_RECORDS open, take no more records (librdkafka's prefetch is
- * bounded by queued.max.messages.kbytes), but still poll once a second so rebalances are
+ * bounded: kafka_prefetch.c), but still poll once a second so rebalances are
  * served. Pausing the partitions instead would drop the prefetched records and fetch them
  * again on resume, which stalled delivery (bench/deliver). Otherwise up to POLL_BATCH
  * records per turn, so transfers move on once per batch. True when it took anything.

@@ -441,7 +441,7 @@ connect_kafka(retry_state *st)
 	kafka_default defaults[] = {
 		{"group.id", "wal_delivery.retry"},    {"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"}, {"auto.offset.reset", "earliest"},
-		{"client.id", "wal-worker-retry"},     {"queued.max.messages.kbytes", "16384"},
+		{"client.id", "wal-worker-retry"},
 	};
 	role_kafka kafka = {defaults, (int) (sizeof(defaults) / sizeof(defaults[0])), on_rebalance,
 						on_queued_handed_off, st};
