@@ -34,10 +34,12 @@
 #include "consume/consume_state.h"
 #include "roles.h"
 
-#define MAX_OPEN_RECORDS   2000 /* take no more records while this many are open */
-#define COMMIT_INTERVAL_MS 1000
-#define DEDUPE_MAX_ENTRIES 200000
-#define POLL_BATCH         64 /* records taken per loop turn */
+#define MAX_OPEN_RECORDS 2000 /* take no more records while this many are open */
+/* ... or while their payloads take this much: 2000 large records would not fit in memory. */
+#define MAX_OPEN_PAYLOAD_BYTES (16 * 1024 * 1024)
+#define COMMIT_INTERVAL_MS     1000
+#define DEDUPE_MAX_ENTRIES     200000
+#define POLL_BATCH             64 /* records taken per loop turn */
 /* How long a revoke waits for the revoked partitions' open records (see finish_revoked). */
 #define REVOKE_DRAIN_MS 10000
 
@@ -376,17 +378,24 @@ drained_after_stop(consumer_state *st)
 	return role_drained(st->shutdown_deadline, tracker_open_records(st->tracker));
 }
 
+static bool
+may_take_more(const consumer_state *st)
+{
+	return tracker_open_records(st->tracker) < MAX_OPEN_RECORDS &&
+		   st->open_payload_bytes < MAX_OPEN_PAYLOAD_BYTES;
+}
+
 /*
- * Backpressure: with MAX_OPEN_RECORDS open, take no more records (librdkafka's prefetch is
- * bounded: kafka_prefetch.c), but still poll once a second so rebalances are
- * served. Pausing the partitions instead would drop the prefetched records and fetch them
- * again on resume, which stalled delivery (bench/deliver). Otherwise up to POLL_BATCH
- * records per turn, so transfers move on once per batch. True when it took anything.
+ * Backpressure: with MAX_OPEN_RECORDS open (or MAX_OPEN_PAYLOAD_BYTES), take no more records
+ * (librdkafka's prefetch is bounded: kafka_prefetch.c), but still poll once a second so rebalances
+ * are served. Pausing the partitions instead would drop the prefetched records and fetch them again
+ * on resume, which stalled delivery (bench/deliver). Otherwise up to POLL_BATCH records per turn,
+ * so transfers move on once per batch. True when it took anything.
  */
 static bool
 take_records(consumer_state *st, int busy)
 {
-	bool saturated = tracker_open_records(st->tracker) >= MAX_OPEN_RECORDS;
+	bool saturated = !may_take_more(st);
 	rd_kafka_message_t *rkm = NULL;
 	bool got_any;
 
@@ -403,9 +412,8 @@ take_records(consumer_state *st, int busy)
 		if (role_is_record(rkm))
 			handle_record(st, rkm);
 		rd_kafka_message_destroy(rkm);
-		rkm = n + 1 < POLL_BATCH && tracker_open_records(st->tracker) < MAX_OPEN_RECORDS
-				  ? rd_kafka_consumer_poll(st->consumer, 0)
-				  : NULL;
+		rkm = n + 1 < POLL_BATCH && may_take_more(st) ? rd_kafka_consumer_poll(st->consumer, 0)
+													  : NULL;
 	}
 	return got_any;
 }

@@ -56,6 +56,7 @@ copy_free(record_copy *copy)
 
 	if (--shared->copies_left == 0)
 	{
+		((consumer_state *) shared->msg.owner)->open_payload_bytes -= shared->msg.payload_len;
 		handoff_message_clear(&shared->msg);
 		free(shared);
 	}
@@ -308,6 +309,7 @@ handle_record(consumer_state *st, rd_kafka_message_t *rkm)
 	}
 	shared->msg = msg;
 	shared->msg.owner = st;
+	st->open_payload_bytes += msg.payload_len;
 	/* All copies hold it before any can finish (a hand-off may complete at once). */
 	shared->copies_left = n_targets;
 	names = (char *) &shared->copies[n_targets];

@@ -31,6 +31,7 @@ typedef struct consumer_state
 	handoff_producer *handoff;
 	dedupe_set *dedupe;
 	offset_tracker *tracker;
+	size_t open_payload_bytes; /* the open records' payloads, which they keep until done */
 	admin_server *admin;
 	pause_state *pauses;   /* destinations paused by the retry consumers */
 	delivery_stats *stats; /* per-topic counts for the console */
