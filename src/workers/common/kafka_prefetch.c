@@ -16,7 +16,10 @@
  */
 #include "kafka_prefetch.h"
 
+#include "log.h"
+
 #include <stdbool.h>
+#include <stdio.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -35,4 +38,27 @@ kafka_prefetch_defaults(kafka_default *out)
 	if (backoff_settable)
 		out[n++] = (kafka_default){"fetch.queue.backoff.ms", "10"};
 	return n;
+}
+
+static const char *
+conf_value(const rd_kafka_conf_t *conf, const char *name, char *buf, size_t size)
+{
+	if (rd_kafka_conf_get(conf, name, buf, &size) != RD_KAFKA_CONF_OK)
+		snprintf(buf, size, "unset");
+	return buf;
+}
+
+void
+kafka_prefetch_log(const rd_kafka_conf_t *conf)
+{
+	char kbytes[32], messages[32], fetch_max[32], partition_max[32], backoff[32];
+
+	log_info("event=kafka_prefetch librdkafka=%s queued_max_kbytes=%s queued_min_messages=%s "
+			 "fetch_max_bytes=%s partition_fetch_max_bytes=%s queue_backoff_ms=%s",
+			 rd_kafka_version_str(),
+			 conf_value(conf, "queued.max.messages.kbytes", kbytes, sizeof(kbytes)),
+			 conf_value(conf, "queued.min.messages", messages, sizeof(messages)),
+			 conf_value(conf, "fetch.max.bytes", fetch_max, sizeof(fetch_max)),
+			 conf_value(conf, "max.partition.fetch.bytes", partition_max, sizeof(partition_max)),
+			 conf_value(conf, "fetch.queue.backoff.ms", backoff, sizeof(backoff)));
 }

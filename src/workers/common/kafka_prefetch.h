@@ -16,4 +16,7 @@
  */
 int kafka_prefetch_defaults(kafka_default *out);
 
+/* Logs the bound in effect (after -X) and the librdkafka version: event=kafka_prefetch. */
+void kafka_prefetch_log(const rd_kafka_conf_t *conf);
+
 #endif

@@ -26,6 +26,7 @@ create_consumer(const worker_options *opts, const config_watch *watch, const rol
 							errbuf, errbuf_size);
 	if (conf == NULL)
 		return NULL;
+	kafka_prefetch_log(conf);
 	rd_kafka_conf_set_rebalance_cb(conf, kafka->on_rebalance);
 	rd_kafka_conf_set_opaque(conf, kafka->state);
 	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, errbuf_size);
