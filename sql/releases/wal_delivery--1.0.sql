@@ -3792,6 +3792,12 @@ REVOKE ALL ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
                        pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]) FROM PUBLIC;
+-- The one exception: the log's order index is on log_order(lane, xid), and Postgres checks
+-- EXECUTE on an index expression's function for whoever inserts (wal_enqueue's fast path
+-- writes the log as its caller) and on a view's functions for whoever reads the view
+-- (backlog, topic_status, and a monitoring role's queries). It computes a bigint from its
+-- two arguments and reads nothing, so it is everyone's, not a door.
+GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8) TO PUBLIC;
 
 GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_writer, wal_delivery_admin;
 
@@ -3828,10 +3834,7 @@ GRANT EXECUTE ON FUNCTION wal_delivery.worker_config(),
                           wal_delivery.library_version()
     TO wal_delivery_admin;
 
--- What operators read. backlog walks the log's order index by log_order(lane, xid), and a
--- view's functions run with the rights of whoever reads it: a pure computation of a bigint
--- from its two arguments (on-call gets it with its views, below).
-GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8) TO wal_delivery_admin;
+-- What operators read.
 GRANT SELECT ON wal_delivery.outbox, wal_delivery.config_version, wal_delivery.backlog,
       wal_delivery.unresolved_dead_letters, wal_delivery.config_status,
       wal_delivery.kafka_topics, wal_delivery.reconcile_status,
@@ -4020,6 +4023,5 @@ GRANT EXECUTE ON FUNCTION wal_delivery.inspect_dead_letter(bigint),
                           wal_delivery.resolve_dead_letters_by_id(bigint[], text),
                           wal_delivery.hold_destination(text, text),
                           wal_delivery.resume_destination(text),
-                          wal_delivery.library_version(),
-                          wal_delivery.log_order(smallint, xid8)
+                          wal_delivery.library_version()
     TO wal_delivery_oncall;

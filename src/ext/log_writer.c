@@ -187,18 +187,8 @@ bool
 log_writer_insert(LogWriter *w, const LogRecord *r)
 {
 	bool inserted = true;
-	Oid caller;
-	int context;
 
 	store_record(w, r);
-	/*
-	 * As the log's owner, as the SQL path writes it: the order index's expression calls
-	 * wal_delivery.log_order, which a writer may not execute (its only door is wal_enqueue).
-	 * An error on the way is undone by the (sub)transaction's abort.
-	 */
-	GetUserIdAndSecContext(&caller, &context);
-	SetUserIdAndSecContext(w->rel->rd_rel->relowner,
-						   context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	if (r->caller_key)
 		inserted = insert_unless_key_exists(w);
 	else
@@ -208,7 +198,6 @@ log_writer_insert(LogWriter *w, const LogRecord *r)
 		list_free(
 			compat_ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL));
 	}
-	SetUserIdAndSecContext(caller, context);
 	ResetPerTupleExprContext(w->estate);
 	if (inserted)
 		relay_wake_lane_at_commit(log_lane_of(r->id));
