@@ -240,8 +240,6 @@ reload(config_watch *w)
 		config_free(config);
 		return;
 	}
-	log_info("event=config_changed from=%" PRId64 " to=%" PRId64 " published=%" PRId64,
-			 w->known_version, config->version, config->published_version);
 	hand_over(w, config);
 }
 
@@ -341,6 +339,9 @@ config_watch_poll(config_watch *w)
 	pthread_mutex_unlock(&w->handoff_lock);
 	if (config == NULL)
 		return false;
+	/* Logged here, not when the watcher loaded it: what is taken after this line uses it. */
+	log_info("event=config_changed from=%" PRId64 " to=%" PRId64 " published=%" PRId64,
+			 w->current ? w->current->version : 0, config->version, config->published_version);
 	replace_current(w, config);
 	return true;
 }
