@@ -865,20 +865,21 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_lo
 
 -- A log record's place in the relay's order as one bigint: the lane in the top byte, the
 -- xid below (src/ext/outbox_log_layout.h). The index is on (log_order(lane, xid), id), 16 B
--- of key where (lane, xid, id) had 24 with its padding: nbtree keeps the pages behind each
--- lane's ascending inserts ~90% full only for keys of 16 B, and the half-empty pages of the
--- wider key cost a split's WAL every ~110 records. Every query that walks the index uses
--- this expression; log_order(lane + 1, '0') is where a lane's range ends.
+-- of key where (lane, xid, id) had 24 with its padding: 29% more entries a page, so fewer
+-- page splits, whose WAL was most of what a record cost beyond Debezium's (docs/design.md).
+-- Every query that walks the index uses this expression; log_order(lane + 1, '0') is where
+-- a lane's range ends.
 CREATE FUNCTION wal_delivery.log_order(lane smallint, xid xid8) RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'wal_delivery_log_order';
 
 -- The log. Columns ordered to waste no alignment padding. gen is the generation, lane is
 -- log_lane(id), caller_key whether the caller gave the idempotency key (false: generated, a
--- random UUID, new by construction), xid the enqueuing transaction. Indexes: (log_order(lane,
--- xid), id), the relay's order (lane, xid, id); (gen, topic, idempotency_key) of the records with a caller's key
--- only, the dedupe within a generation (enqueue.sql looks in the others). A generated key
--- needs no dedupe, and its index entry (a random UUID: an insert anywhere in the index, a
--- full-page image and splits after every checkpoint) was about a fifth of a record's WAL.
+-- random UUID, new by construction), xid the enqueuing transaction. Indexes:
+-- (log_order(lane, xid), id), the relay's order (lane, xid, id); (gen, topic,
+-- idempotency_key) of the records with a caller's key only, the dedupe within a generation
+-- (enqueue.sql looks in the others). A generated key needs no dedupe, and its index entry
+-- (a random UUID: an insert anywhere in the index, a full-page image and splits after every
+-- checkpoint) was about a fifth of a record's WAL.
 -- No primary key: nothing looks a log record up by id on a hot path, and it would be one
 -- more index insert per record. Autovacuum is off: nothing is ever updated or
 -- deleted (aborted inserts excepted), a generation is truncated long before its xids need

@@ -32,9 +32,8 @@
  * A log record's place in the relay's order, as one bigint: its lane in the top byte, its
  * transaction's xid8 below (an xid8 needs 2^56 transactions to reach the lane's bits), so
  * (log_order, id) sorts as (lane, xid, id) did. The index is on (log_order, id): 16 B of
- * key, which nbtree fills to ~90% behind each lane's ascending inserts, where (lane, xid,
- * id) with its padding (24 B) had its pages split half-empty (docs/design.md). SQL has it
- * as wal_delivery.log_order(lane, xid).
+ * key against 24 for (lane, xid, id) with its padding, so more entries a page and fewer
+ * splits (docs/design.md). SQL has it as wal_delivery.log_order(lane, xid).
  */
 #define LOG_ORDER_XID_BITS      56
 #define log_order_of(lane, xid) ((int64) (((uint64) (lane) << LOG_ORDER_XID_BITS) | (uint64) (xid)))
