@@ -8,22 +8,31 @@
 #include "log.h"
 #include "stop_signal.h"
 
-#define MAX_ROLE_DEFAULTS 16
+#include <stdio.h>
+#include <stdlib.h>
 
 static rd_kafka_t *
 create_consumer(const worker_options *opts, const config_watch *watch, const role_kafka *kafka,
 				char *errbuf, size_t errbuf_size)
 {
 	/* The prefetch bound first: the role's defaults, then -X, may change it. */
-	kafka_default defaults[KAFKA_PREFETCH_N_DEFAULTS + MAX_ROLE_DEFAULTS];
-	int n = kafka_prefetch_defaults(defaults);
+	kafka_default *defaults =
+		malloc(sizeof(*defaults) * (KAFKA_PREFETCH_N_DEFAULTS + kafka->n_consumer_defaults));
+	int n;
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
-	for (int i = 0; i < kafka->n_consumer_defaults && i < MAX_ROLE_DEFAULTS; i++)
+	if (defaults == NULL)
+	{
+		snprintf(errbuf, errbuf_size, "out of memory");
+		return NULL;
+	}
+	n = kafka_prefetch_defaults(defaults);
+	for (int i = 0; i < kafka->n_consumer_defaults; i++)
 		defaults[n++] = kafka->consumer_defaults[i];
 	conf = kafka_conf_build(defaults, n, config_watch_current(watch)->kafka_bootstrap_servers, opts,
 							errbuf, errbuf_size);
+	free(defaults);
 	if (conf == NULL)
 		return NULL;
 	kafka_prefetch_log(conf);

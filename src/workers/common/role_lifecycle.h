@@ -34,7 +34,7 @@ typedef void (*kafka_rebalance_fn)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* What differs between the roles' Kafka clients. */
 typedef struct role_kafka
 {
-	/* group.id, client.id, offset handling (at most 16); after the prefetch bound */
+	/* group.id, client.id, offset handling; after the prefetch bound */
 	const kafka_default *consumer_defaults;
 	int n_consumer_defaults;
 	kafka_rebalance_fn on_rebalance;
