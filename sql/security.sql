@@ -41,8 +41,9 @@ SELECT topic, records FROM wal_delivery.backlog WHERE topic = 'sec.events';
 RESET ROLE;
 
 -- The writer's door is wal_enqueue* and my_records, nothing else: every function of the
--- extension a writer member may execute (and log_order, everyone's pure computation of the
--- log's index key), and every relation it holds any privilege on.
+-- extension a writer member may execute (and log_order, log_acked and log_in_unacked_range,
+-- everyone's pure computations on the log's records that its index and views use), and every
+-- relation it holds any privilege on.
 SELECT p.oid::regprocedure AS writer_may_execute
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'wal_delivery')

@@ -937,11 +937,30 @@ INSERT INTO wal_delivery.relay_cursors (lane, done_snap)
 SELECT l, format('%1$s:%1$s:', least(pg_snapshot_xmin(pg_current_snapshot()), pg_current_xact_id()))::pg_snapshot
   FROM generate_series(0, 7) l;
 
+-- The two rules on a log record and its lane's cursor c, each written once; the outbox and
+-- backlog views, the rotation check (retention.sql) and the delete guard use them. Each is
+-- one expression in LANGUAGE sql, so the planner inlines it into the query that calls it:
+-- the query runs as if it were written there, the range below still walks the order index,
+-- and no call is made per row. Like log_order they read nothing and are everyone's
+-- (roles.sql): a view's functions are checked against its reader, a writer included.
+--
+-- Acknowledged: the record's transaction is visible in done_snap, or in win_snap and the
+-- record is at or before (pos_xid, pos_id), where the relay stopped within that window.
+CREATE FUNCTION wal_delivery.log_acked(p_xid xid8, p_id bigint, c wal_delivery.relay_cursors)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN pg_visible_in_snapshot(p_xid, c.done_snap)
+       OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(p_xid, c.win_snap)
+           AND (p_xid, p_id) <= (c.pos_xid, c.pos_id));
+
+-- Where the unacknowledged records of lane c can be: from done_snap's xmin (every older
+-- transaction is acknowledged) to the lane's end, a range of the log's order index.
+CREATE FUNCTION wal_delivery.log_in_unacked_range(p_lane smallint, p_xid xid8, c wal_delivery.relay_cursors)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN wal_delivery.log_order(p_lane, p_xid) >= wal_delivery.log_order(c.lane, pg_snapshot_xmin(c.done_snap))
+       AND wal_delivery.log_order(p_lane, p_xid) < wal_delivery.log_order((c.lane + 1)::smallint, '0');
+
 -- The outbox as DBAs and writers read it, whatever table a record is in: the row table,
 -- and the log records not held there, with their state derived from their lane's cursor.
--- A log record is acknowledged when its transaction is visible in its lane's done_snap, or
--- in win_snap and at or before (pos_xid, pos_id) (functions cannot say this once: a view
--- calls them with the reader's rights, and writers may execute none).
 -- A stored log record's finished_at is when its lane's cursor last moved past a window
 -- (at or after its acknowledgement).
 CREATE VIEW wal_delivery.outbox AS
@@ -957,9 +976,7 @@ SELECT l.id, l.topic, l.idempotency_key,
        CASE WHEN a.acked THEN c.acked_at END, l.enqueued_by_session
   FROM wal_delivery.outbox_log l
   JOIN wal_delivery.relay_cursors c ON c.lane = l.lane
- CROSS JOIN LATERAL (SELECT pg_visible_in_snapshot(l.xid, c.done_snap)
-                            OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                                AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)) AS acked) a
+ CROSS JOIN LATERAL (SELECT wal_delivery.log_acked(l.xid, l.id, c) AS acked) a
  WHERE NOT EXISTS (SELECT 1 FROM wal_delivery.outbox_rows r WHERE r.id = l.id);
 
 -- Unshipped records by topic and state, with the oldest age.
@@ -974,13 +991,8 @@ SELECT topic, state, count(*) AS records, min(created_at) AS oldest_created_at,
         SELECT l.topic, 'pending'::wal_delivery.outbox_state, l.created_at
           FROM wal_delivery.relay_cursors c
           JOIN LATERAL (SELECT * FROM wal_delivery.outbox_log x
-                         WHERE wal_delivery.log_order(x.lane, x.xid)
-                               >= wal_delivery.log_order(c.lane, pg_snapshot_xmin(c.done_snap))
-                           AND wal_delivery.log_order(x.lane, x.xid)
-                               < wal_delivery.log_order((c.lane + 1)::smallint, '0')) l ON true
-         WHERE NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
-                    OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                        AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)))
+                         WHERE wal_delivery.log_in_unacked_range(x.lane, x.xid, c)) l ON true
+         WHERE NOT wal_delivery.log_acked(l.xid, l.id, c)
            AND NOT EXISTS (SELECT 1 FROM wal_delivery.outbox_rows r WHERE r.id = l.id)) u
  GROUP BY topic, state;
 
@@ -1424,9 +1436,7 @@ BEGIN
         -- The log's unacknowledged records of the topic (the relay has not passed them).
         DELETE FROM wal_delivery.outbox_log l USING wal_delivery.relay_cursors c
          WHERE l.topic = OLD.name AND c.lane = l.lane
-           AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
-                    OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                        AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)));
+           AND NOT wal_delivery.log_acked(l.xid, l.id, c);
     END IF;
     RETURN OLD;
 END $$;
@@ -2911,13 +2921,8 @@ BEGIN
         EXECUTE format($q$
             SELECT EXISTS (SELECT 1 FROM wal_delivery.outbox_log_%s l
                              JOIN wal_delivery.relay_cursors c ON c.lane = l.lane
-                            WHERE wal_delivery.log_order(l.lane, l.xid)
-                                  >= wal_delivery.log_order(c.lane, pg_snapshot_xmin(c.done_snap))
-                              AND wal_delivery.log_order(l.lane, l.xid)
-                                  < wal_delivery.log_order((c.lane + 1)::smallint, '0')
-                              AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
-                                       OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                                           AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)))
+                            WHERE wal_delivery.log_in_unacked_range(l.lane, l.xid, c)
+                              AND NOT wal_delivery.log_acked(l.xid, l.id, c)
                               AND NOT EXISTS (SELECT 1 FROM wal_delivery.outbox_rows r WHERE r.id = l.id))$q$, g.gen)
             INTO unshipped;
         CONTINUE WHEN unshipped;
@@ -3793,12 +3798,17 @@ REVOKE ALL ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
                        pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]) FROM PUBLIC;
--- The one exception: the log's order index is on log_order(lane, xid), and Postgres checks
+-- The exceptions: the log's order index is on log_order(lane, xid), and Postgres checks
 -- EXECUTE on an index expression's function for whoever inserts (wal_enqueue's fast path
 -- writes the log as its caller) and on a view's functions for whoever reads the view
--- (backlog, topic_status, and a monitoring role's queries). It computes a bigint from its
--- two arguments and reads nothing, so it is everyone's, not a door.
-GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8) TO PUBLIC;
+-- (outbox, my_records, backlog, topic_status, and a monitoring role's queries), which is
+-- also where log_acked and log_in_unacked_range are used (and only inlined when the reader
+-- may execute them). Each computes a value from its arguments and reads nothing, so they
+-- are everyone's, not doors.
+GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8),
+                          wal_delivery.log_acked(xid8, bigint, wal_delivery.relay_cursors),
+                          wal_delivery.log_in_unacked_range(smallint, xid8, wal_delivery.relay_cursors)
+      TO PUBLIC;
 
 GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_writer, wal_delivery_admin;
 

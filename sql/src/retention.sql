@@ -79,13 +79,8 @@ BEGIN
         EXECUTE format($q$
             SELECT EXISTS (SELECT 1 FROM wal_delivery.outbox_log_%s l
                              JOIN wal_delivery.relay_cursors c ON c.lane = l.lane
-                            WHERE wal_delivery.log_order(l.lane, l.xid)
-                                  >= wal_delivery.log_order(c.lane, pg_snapshot_xmin(c.done_snap))
-                              AND wal_delivery.log_order(l.lane, l.xid)
-                                  < wal_delivery.log_order((c.lane + 1)::smallint, '0')
-                              AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
-                                       OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                                           AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)))
+                            WHERE wal_delivery.log_in_unacked_range(l.lane, l.xid, c)
+                              AND NOT wal_delivery.log_acked(l.xid, l.id, c)
                               AND NOT EXISTS (SELECT 1 FROM wal_delivery.outbox_rows r WHERE r.id = l.id))$q$, g.gen)
             INTO unshipped;
         CONTINUE WHEN unshipped;

@@ -40,12 +40,17 @@ REVOKE ALL ON FUNCTION pg_catalog.wal_enqueue(text, jsonb, text, text, jsonb),
                        pg_catalog.wal_enqueue_batch(text, jsonb[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, bytea[], text[], text[], jsonb[]),
                        pg_catalog.wal_enqueue_batch(text, text[], text[], text[], jsonb[]) FROM PUBLIC;
--- The one exception: the log's order index is on log_order(lane, xid), and Postgres checks
+-- The exceptions: the log's order index is on log_order(lane, xid), and Postgres checks
 -- EXECUTE on an index expression's function for whoever inserts (wal_enqueue's fast path
 -- writes the log as its caller) and on a view's functions for whoever reads the view
--- (backlog, topic_status, and a monitoring role's queries). It computes a bigint from its
--- two arguments and reads nothing, so it is everyone's, not a door.
-GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8) TO PUBLIC;
+-- (outbox, my_records, backlog, topic_status, and a monitoring role's queries), which is
+-- also where log_acked and log_in_unacked_range are used (and only inlined when the reader
+-- may execute them). Each computes a value from its arguments and reads nothing, so they
+-- are everyone's, not doors.
+GRANT EXECUTE ON FUNCTION wal_delivery.log_order(smallint, xid8),
+                          wal_delivery.log_acked(xid8, bigint, wal_delivery.relay_cursors),
+                          wal_delivery.log_in_unacked_range(smallint, xid8, wal_delivery.relay_cursors)
+      TO PUBLIC;
 
 GRANT USAGE ON SCHEMA wal_delivery TO wal_delivery_writer, wal_delivery_admin;
 

@@ -22,8 +22,13 @@ DOOR = {
     "wal_enqueue_batch(text,bytea[],text[],text[],jsonb[])",
     "wal_enqueue_batch(text,text[],text[],text[],jsonb[])",
 }
-# Everyone's: the log's order index and the backlog views compute it (sql/src/roles.sql).
-PURE = {"wal_delivery.log_order(smallint,xid8)"}
+# Everyone's: the log's order index and the outbox and backlog views compute them
+# (sql/src/roles.sql).
+PURE = {
+    "wal_delivery.log_order(smallint,xid8)",
+    "wal_delivery.log_acked(xid8,bigint,wal_delivery.relay_cursors)",
+    "wal_delivery.log_in_unacked_range(smallint,xid8,wal_delivery.relay_cursors)",
+}
 
 
 @pytest.fixture

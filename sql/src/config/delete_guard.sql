@@ -34,9 +34,7 @@ BEGIN
         -- The log's unacknowledged records of the topic (the relay has not passed them).
         DELETE FROM wal_delivery.outbox_log l USING wal_delivery.relay_cursors c
          WHERE l.topic = OLD.name AND c.lane = l.lane
-           AND NOT (pg_visible_in_snapshot(l.xid, c.done_snap)
-                    OR (c.win_snap IS NOT NULL AND pg_visible_in_snapshot(l.xid, c.win_snap)
-                        AND (l.xid, l.id) <= (c.pos_xid, c.pos_id)));
+           AND NOT wal_delivery.log_acked(l.xid, l.id, c);
     END IF;
     RETURN OLD;
 END $$;
