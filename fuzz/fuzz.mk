@@ -31,6 +31,7 @@ FUZZ_LIBS_record_contract =
 FUZZ_MAX_LEN_record_contract = 4096
 
 FUZZ_SRCS_ingest_batch = src/workers/ingest/ingest_parse.c src/workers/ingest/ingest_record.c \
+	src/workers/ingest/ingest_json_member.c \
 	src/workers/ingest/ingest_request.c src/workers/ingest/ingest_catalog.c \
 	src/workers/ingest/ingest_metrics.c src/workers/common/metrics.c \
 	src/workers/common/random_bytes.c \

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "common/log.h"
+#include "ingest/ingest_json_member.h"
 #include "shared/trace_context.h"
 
 #define HEADER_PREFIX     "X-Wal-Header-"
@@ -214,10 +215,10 @@ bad_line(record_problem *p, const char *field, const char *message)
 	return false;
 }
 
-/* One NDJSON line into a record; false with the problem. */
+/* One NDJSON line (parsed, and its text) into a record; false with the problem. */
 static bool
-parse_line(ingest_request *req, const request_trace *trace, json_t *line, ingest_record *r,
-		   record_problem *p)
+parse_line(ingest_request *req, const request_trace *trace, json_t *line, const char *text,
+		   size_t text_len, ingest_record *r, record_problem *p)
 {
 	json_t *value = json_object_get(line, "value");
 	json_t *b64 = json_object_get(line, "value_base64");
@@ -240,10 +241,14 @@ parse_line(ingest_request *req, const request_trace *trace, json_t *line, ingest
 	set_topic(r, req->topic);
 	if (value)
 	{
-		r->payload = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
-		if (r->payload == NULL)
-			fatal("event=out_of_memory what=ingest_parse");
-		r->payload_len = strlen(r->payload);
+		/* The value as sent, byte for byte (ingest_json_member.h). */
+		const char *sent;
+		size_t sent_len;
+
+		if (!json_member_text(text, text_len, "value", &sent, &sent_len))
+			return bad_line(p, "value", "the line's \"value\" could not be found in its text");
+		r->payload = must_strndup(sent, sent_len);
+		r->payload_len = sent_len;
 	}
 	else
 	{
@@ -325,17 +330,25 @@ ingest_parse_batch(ingest_request *req)
 			ok = false;
 			break;
 		}
-		line = json_loadb(p, (size_t) (line_end - p), JSON_DECODE_ANY, &jerr);
+		/*
+		 * A key twice is refused, not read as its last value: a filter in front may read
+		 * the first. Integers are read as reals only to be checked: the value is kept as
+		 * sent, so one over 64 bits is taken whole.
+		 */
+		line =
+			json_loadb(p, (size_t) (line_end - p),
+					   JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
 		if (line == NULL)
 		{
-			ingest_request_fail_field(req, 400, "bad_record", "line",
-									  "line %d: not JSON (UTF-8, no NUL): %s at column %d", line_no,
-									  jerr.text, jerr.column);
+			ingest_request_fail_field(
+				req, 400, "bad_record", "line",
+				"line %d: not JSON (UTF-8, no NUL, no object key twice): %s at column %d", line_no,
+				jerr.text, jerr.column);
 			ok = false;
 			break;
 		}
 		r = ingest_record_new();
-		if (!parse_line(req, &trace, line, r, &problem))
+		if (!parse_line(req, &trace, line, p, (size_t) (line_end - p), r, &problem))
 		{
 			char where[32];
 

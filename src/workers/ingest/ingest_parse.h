@@ -6,7 +6,8 @@
  *           X-Wal-Key (the Kafka message key) and X-Wal-Header-<name>: <value> (record
  *           headers, names in lower case) are optional.
  *   batch   POST /v1/topics/{topic}/batch: NDJSON, one record a line:
- *           {"value": <any JSON>} (content type application/json) or
+ *           {"value": <any JSON>} (content type application/json; the payload is the
+ *           value's text as sent, see ingest_json_member.h; a key twice is refused) or
  *           {"value_base64": "..."} (content type "content_type", else
  *           application/octet-stream), with optional "idempotency_key", "key", "headers"
  *           (an object of strings) and "content_type".

@@ -1,0 +1,130 @@
+"""Hostile requests at `wal-worker ingest` that the framing and contract tests do not send:
+batch values whose bytes a parse and re-encode would change (decimals, integers over 64
+bits) and a line with a key twice. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
+Real Postgres, real Kafka, the real worker on raw sockets."""
+import json
+import socket
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from conftest import connect
+from ingest_helpers import running_ingest, send_record, topics_with_token
+from relay_helpers import read_topic, wait_until
+
+
+@pytest.fixture(scope="module")
+def ingest(tmp_path_factory, kafka_bootstrap):
+    """An ingest, a plain topic (Kafka path), a topic that needs processing (outbox path)
+    and a token for both."""
+    unique = uuid.uuid4().hex[:10]
+    with running_ingest(tmp_path_factory.mktemp("ingest-hostile"), kafka_bootstrap) as worker:
+        with connect() as conn:
+            (worker.plain, worker.processed), worker.token = topics_with_token(conn, unique,
+                                                                          processing=True)
+        worker.bootstrap = kafka_bootstrap
+        wait_until(lambda: send_record(worker.port, worker.plain, worker.token)[0] == 201, 30,
+                   what="the direct path to the new topic")
+        yield worker
+
+
+def batch(ingest, topic, lines, extra=()):
+    """(status, parsed answer) of one NDJSON batch sent as raw bytes."""
+    body = b"\n".join(lines) + b"\n"
+    head = [b"POST /v1/topics/%s/batch HTTP/1.1" % topic.encode(), b"Host: 127.0.0.1",
+            b"Authorization: Bearer " + ingest.token.encode(), b"Connection: close",
+            b"Content-Length: %d" % len(body), *extra]
+    answer = exchange(ingest.port, b"\r\n".join(head) + b"\r\n\r\n" + body)
+    status, _, payload = answer
+    return status, json.loads(payload.decode("utf-8")) if payload else None
+
+
+def exchange(port, data, timeout=30):
+    """Sends data, reads until the server closes: (status, headers, body); status None
+    when it closed without an answer."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    if not head:
+        return None, {}, b""
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def kafka_count(bootstrap, topic):
+    """How many messages the topic has had (its high watermark)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hostile-" + uuid.uuid4().hex})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def stored(ingest):
+    """(messages in the plain topic, rows of the processing topic in the outbox)."""
+    with connect() as conn:
+        rows = conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s",
+                            (ingest.processed,)).fetchone()[0]
+    return kafka_count(ingest.bootstrap, ingest.plain), rows
+
+
+# ---------------------------------------------------------------- batch values as sent
+
+# JSON a parse into doubles and 64-bit integers would change: each must be stored as sent.
+VALUES = [b"19.99", b"0.1", b"12345678901234567890", b"-12345678901234567890123", b"1E2",
+          b"-0", b"1.0", b'{"price": 10.10, "ids": [1.50, 2e-3]}', b'"caf\\u00e9 \\u2713"',
+          b'[ 1 , {"a" : "b"} ]']
+
+
+def test_a_batch_value_is_stored_byte_for_byte_on_both_paths(ingest):
+    run = uuid.uuid4().hex[:8]
+    keys = [f"value-{run}-{i}" for i in range(len(VALUES))]
+    lines = [b'{"idempotency_key": "%s", "value": %s}' % (k.encode(), v) for k, v in zip(keys, VALUES)]
+    status, answer = batch(ingest, ingest.plain, lines)
+    assert status == 201 and answer["kafka"] == len(VALUES), answer
+    # On the outbox path the same, with the value before the other keys and spaces around.
+    lines = [b'{ "value" :  %s , "idempotency_key": "%s" }\r' % (v, k.encode()) for k, v in zip(keys, VALUES)]
+    status, answer = batch(ingest, ingest.processed, lines)
+    assert status == 202 and answer["outbox"] == len(VALUES), answer
+
+    seen = read_topic(ingest.bootstrap, ingest.plain, keys)
+    assert {k: seen[k][0]["value"] for k in keys} == dict(zip(keys, VALUES))
+    with connect() as conn:
+        rows = dict(conn.execute("SELECT idempotency_key, payload FROM wal_delivery.outbox"
+                                 " WHERE topic = %s AND idempotency_key = ANY(%s)",
+                                 (ingest.processed, keys)).fetchall())
+    assert {k: bytes(v) for k, v in rows.items()} == dict(zip(keys, VALUES))
+
+
+# ---------------------------------------------------------------- a key twice
+
+TWICE = [
+    ("value twice", b'{"value": 1, "value": 2}'),
+    ("idempotency_key twice", b'{"value": 1, "idempotency_key": "a", "idempotency_key": "b"}'),
+    ("a key twice inside the value", b'{"value": {"amount": 1, "amount": 1000}}'),
+    ("value twice, once escaped", b'{"value": 1, "\\u0076alue": 2}'),
+]
+
+
+@pytest.mark.parametrize("what,line", TWICE, ids=[t[0] for t in TWICE])
+def test_a_batch_line_with_a_key_twice_is_refused_and_nothing_is_stored(ingest, what, line):
+    before = stored(ingest)
+    for topic in (ingest.plain, ingest.processed):
+        good = b'{"value": 1, "idempotency_key": "good-%s"}' % uuid.uuid4().hex.encode()
+        status, answer = batch(ingest, topic, [good, line])
+        assert status == 400 and answer["error"] == "bad_record" and answer["field"] == "line", answer
+        assert answer["message"].startswith("line 2: ") and "duplicate" in answer["message"], answer
+    assert stored(ingest) == before, "a line with a key twice, or the good line before it, was stored"
