@@ -1,6 +1,7 @@
 """Hostile requests at `wal-worker ingest` that the framing and contract tests do not send:
 batch values whose bytes a parse and re-encode would change (decimals, integers over 64
-bits) and a line with a key twice. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
+bits), a line with a key twice and value_base64 that a lax decoder reads as another
+record. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
 Real Postgres, real Kafka, the real worker on raw sockets."""
 import json
 import socket
@@ -128,3 +129,32 @@ def test_a_batch_line_with_a_key_twice_is_refused_and_nothing_is_stored(ingest, 
         assert status == 400 and answer["error"] == "bad_record" and answer["field"] == "line", answer
         assert answer["message"].startswith("line 2: ") and "duplicate" in answer["message"], answer
     assert stored(ingest) == before, "a line with a key twice, or the good line before it, was stored"
+
+
+# ---------------------------------------------------------------- value_base64
+
+NOT_BASE64 = ["QUJD=junk", "=QUJD", "QQ==QQ==", "QUJD====", "Q", "QUJDR", "QUI==", "QU JD",
+              "QUJD\n", "QUJD-_"]
+
+
+@pytest.mark.parametrize("text", NOT_BASE64)
+def test_value_base64_that_is_not_base64_is_refused_and_nothing_is_stored(ingest, text):
+    before = stored(ingest)
+    for topic in (ingest.plain, ingest.processed):
+        status, answer = batch(ingest, topic, [json.dumps({"value_base64": text}).encode()])
+        assert status == 400 and answer["field"] == "value_base64", answer
+        assert "not base64" in answer["message"], answer
+    assert stored(ingest) == before
+
+
+def test_value_base64_with_or_without_padding_is_stored_exactly(ingest):
+    run = uuid.uuid4().hex[:8]
+    cases = {"QUJD": b"ABC", "QUI=": b"AB", "QUI": b"AB", "QQ==": b"A", "QQ": b"A", "": b"",
+             "/+8=": b"\xff\xef"}
+    keys = {f"b64-{run}-{i}": (text, want) for i, (text, want) in enumerate(cases.items())}
+    lines = [json.dumps({"value_base64": text, "idempotency_key": k}).encode()
+             for k, (text, _) in keys.items()]
+    status, answer = batch(ingest, ingest.plain, lines)
+    assert status == 201 and answer["kafka"] == len(cases), answer
+    seen = read_topic(ingest.bootstrap, ingest.plain, list(keys))
+    assert {k: seen[k][0]["value"] for k in keys} == {k: want for k, (_, want) in keys.items()}

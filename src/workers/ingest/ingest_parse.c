@@ -166,15 +166,24 @@ ingest_parse_single(ingest_request *req)
 	return true;
 }
 
-/* Standard base64 (padding optional); -1 on a character outside the alphabet. */
+/*
+ * Standard base64, strictly: the alphabet only, "=" padding only at the end (then to a
+ * multiple of 4) and no lone last character. A lax decoder would store "QUJD=junk" as
+ * "ABC" or "=QUJD" as nothing: a record other than the one sent. -1 when it is not base64.
+ */
 static long
 base64_decode(const char *in, size_t len, char *out)
 {
 	unsigned int acc = 0;
 	int bits = 0;
 	long n = 0;
+	size_t data_len = len;
 
-	for (size_t i = 0; i < len; i++)
+	while (data_len > 0 && len - data_len < 2 && in[data_len - 1] == '=')
+		data_len--;
+	if ((data_len < len && len % 4 != 0) || data_len % 4 == 1)
+		return -1;
+	for (size_t i = 0; i < data_len; i++)
 	{
 		char c = in[i];
 		int v;
@@ -189,8 +198,6 @@ base64_decode(const char *in, size_t len, char *out)
 			v = 62;
 		else if (c == '/')
 			v = 63;
-		else if (c == '=')
-			break;
 		else
 			return -1;
 		acc = (acc << 6) | (unsigned int) v;
@@ -263,7 +270,9 @@ parse_line(ingest_request *req, const request_trace *trace, json_t *line, const 
 			fatal("event=out_of_memory what=ingest_parse");
 		n = base64_decode(text, len, r->payload);
 		if (n < 0)
-			return bad_line(p, "value_base64", "value_base64 is not base64");
+			return bad_line(p, "value_base64",
+							"value_base64 is not base64 (A-Z, a-z, 0-9, \"+\" and \"/\"; "
+							"\"=\" padding only at the end, to a multiple of 4 characters)");
 		r->payload_len = (size_t) n;
 	}
 	if (ctype)
