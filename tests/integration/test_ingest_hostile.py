@@ -158,3 +158,47 @@ def test_value_base64_with_or_without_padding_is_stored_exactly(ingest):
     assert status == 201 and answer["kafka"] == len(cases), answer
     seen = read_topic(ingest.bootstrap, ingest.plain, list(keys))
     assert {k: seen[k][0]["value"] for k in keys} == {k: want for k, (_, want) in keys.items()}
+
+
+# ---------------------------------------------------------------- Expect: 100-continue
+
+def expect_continue(ingest, length, auth=True):
+    """A request that announces length bytes and waits for the go-ahead before sending
+    them: (status line, answer, closed) of what came back within 5 s."""
+    head = [b"POST /v1/topics/%s/records HTTP/1.1" % ingest.plain.encode(), b"Host: 127.0.0.1",
+            b"Content-Type: application/octet-stream", b"Expect: 100-continue",
+            b"Content-Length: %d" % length]
+    if auth:
+        head.append(b"Authorization: Bearer " + ingest.token.encode())
+    received, closed = b"", False
+    with socket.create_connection(("127.0.0.1", ingest.port), timeout=5) as s:
+        s.sendall(b"\r\n".join(head) + b"\r\n\r\n")
+        try:
+            while not closed:
+                chunk = s.recv(65536)
+                closed = not chunk
+                received += chunk
+        except TimeoutError:
+            pass
+    status_line, _, rest = received.partition(b"\r\n")
+    return status_line, rest.partition(b"\r\n\r\n")[2], closed
+
+
+def test_expect_continue_gets_the_refusal_before_the_body(ingest):
+    """Over the limit or unauthorized: the answer comes at once, in JSON, with no
+    "100 Continue" first, and the connection is closed; the client never sends its body."""
+    before = ingest.metric("wal_ingest_requests_total", status="413")
+    status_line, body, closed = expect_continue(ingest, 100_000_000)
+    assert status_line.startswith(b"HTTP/1.1 413 "), (status_line, body)
+    answer = json.loads(body)
+    assert answer["error"] == "too_large" and "Content-Length: 100000000" in answer["message"], answer
+    assert closed
+    assert ingest.metric("wal_ingest_requests_total", status="413") == before + 1
+
+    status_line, body, closed = expect_continue(ingest, 1000, auth=False)
+    assert status_line.startswith(b"HTTP/1.1 401 ") and closed, (status_line, body)
+    assert json.loads(body)["error"] == "unauthorized"
+
+    # Within the limit the client is told to go on.
+    status_line, _, closed = expect_continue(ingest, 2)
+    assert status_line == b"HTTP/1.1 100 Continue" and not closed

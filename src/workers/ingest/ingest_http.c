@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -303,6 +304,39 @@ route_request(http_state *st, const char *url, const char *method, char *why, si
 	return req->batch ? ROUTE_BATCH : ROUTE_RECORDS;
 }
 
+/*
+ * A client that sent "Expect: 100-continue" waits for the go-ahead before its body. When
+ * the answer is already known (401, 403, 404, 405, or a Content-Length over the limit)
+ * it is given at once instead, and the connection closed: the client never sends a
+ * body that would only be read to be thrown away. Other clients are sending their body
+ * already; it is read (counted, not kept), so they get the answer rather than a reset.
+ */
+static bool
+answer_before_body(ingest_request *req)
+{
+	const char *expect, *length;
+	size_t expect_len, length_len;
+
+	if (!http_header(req->connection, MHD_HTTP_HEADER_EXPECT, &expect, &expect_len) ||
+		expect_len != 12 || strncasecmp(expect, "100-continue", 12) != 0)
+		return false;
+	if (req->error_status == 0 && req->topic != NULL &&
+		http_header(req->connection, MHD_HTTP_HEADER_CONTENT_LENGTH, &length, &length_len) &&
+		strtoull(length, NULL, 10) > req->body_limit)
+	{
+		req->body_too_large = true;
+		ingest_request_fail(req, 413, "too_large",
+							req->batch ? "the batch is over %zu bytes (Content-Length: %.20s)"
+									   : "the payload is over the topic's limit of %zu bytes "
+										 "(Content-Length: %.20s)",
+							req->body_limit, length);
+	}
+	if (req->error_status == 0)
+		return false;
+	req->closing = true;
+	return true;
+}
+
 /* Keeps the body up to its limit; beyond, only counts it (the answer will be 413). */
 static void
 take_body(ingest_request *req, const char *data, size_t size)
@@ -387,6 +421,8 @@ handle_request(void *arg, struct MHD_Connection *connection, const char *url, co
 		st->route = route_request(st, url, method, why, sizeof(why));
 		if (st->route == ROUTE_REFUSED)
 			return refuse_request(connection, why);
+		if (answer_before_body(st->req))
+			return ingest_request_answer(st->req);
 		return MHD_YES;
 	}
 	req = st->req;

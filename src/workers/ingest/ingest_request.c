@@ -153,7 +153,8 @@ ingest_request_record_done(ingest_request *req)
 }
 
 static enum MHD_Result
-send_json(struct MHD_Connection *connection, int status, json_t *body, const char *ikey)
+send_json(struct MHD_Connection *connection, int status, json_t *body, const char *ikey,
+		  bool closing)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	size_t len;
@@ -184,6 +185,8 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (ikey != NULL)
 		MHD_add_response_header(response, "Idempotency-Key", ikey);
+	if (closing)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
 	/* 504 outcome_unknown: the client sends again too (ingest_kafka_outbox_failed). */
 	if (status == MHD_HTTP_SERVICE_UNAVAILABLE || status == MHD_HTTP_GATEWAY_TIMEOUT)
 		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_SECONDS);
@@ -194,15 +197,21 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 	return result;
 }
 
-enum MHD_Result
-ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
-				  const char *field, const char *message)
+static json_t *
+error_json(const char *code, const char *field, const char *message)
 {
 	json_t *body = json_pack("{s:s, s:o}", "error", code, "message", json_text(message));
 
 	if (body != NULL && field != NULL)
 		json_object_set_new(body, "field", json_string(field));
-	return send_json(connection, status, body, NULL);
+	return body;
+}
+
+enum MHD_Result
+ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
+				  const char *field, const char *message)
+{
+	return send_json(connection, status, error_json(code, field, message), NULL, false);
 }
 
 /* One record's part of the answer. */
@@ -254,8 +263,9 @@ ingest_request_answer(ingest_request *req)
 	if (req->error_status != 0)
 	{
 		observe_latency(req, 0, 0);
-		return ingest_send_error(req->connection, req->error_status, req->error_code,
-								 req->error_field, req->error_message);
+		return send_json(req->connection, req->error_status,
+						 error_json(req->error_code, req->error_field, req->error_message), NULL,
+						 req->closing);
 	}
 	for (int i = 0; i < req->n_records; i++)
 	{
@@ -276,7 +286,7 @@ ingest_request_answer(ingest_request *req)
 
 		body = record_json(r);
 		json_object_del(body, "status"); /* it is the answer's */
-		return send_json(req->connection, status, body, r->idempotency_key);
+		return send_json(req->connection, status, body, r->idempotency_key, false);
 	}
 	body = json_pack("{s:i, s:i, s:i, s:o}", "kafka", n_kafka, "outbox", n_outbox, "failed",
 					 req->n_records - n_kafka - n_outbox, "records", json_array());
@@ -289,5 +299,5 @@ ingest_request_answer(ingest_request *req)
 							json_string("some records are not durable (see records); send them "
 										"again with the same idempotency keys"));
 	}
-	return send_json(req->connection, status, body, NULL);
+	return send_json(req->connection, status, body, NULL, false);
 }

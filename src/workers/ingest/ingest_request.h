@@ -50,6 +50,7 @@ typedef struct ingest_request
 	int outstanding; /* records not settled yet */
 	bool suspended;
 	bool handed_on; /* the records went to Kafka or the outbox */
+	bool closing;   /* answered before its body was read: "Connection: close" */
 } ingest_request;
 
 ingest_request *ingest_request_new(struct MHD_Connection *connection);
