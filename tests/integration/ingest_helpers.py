@@ -51,11 +51,13 @@ def topics_with_token(conn, unique, processing=False, **settings):
 class Ingest(Worker):
     """A `wal-worker ingest` listening on a free port."""
 
-    def __init__(self, tmp_path, kafka_bootstrap, *args, deadline_ms=1000, env=None, port=None):
+    def __init__(self, tmp_path, kafka_bootstrap, *args, deadline_ms=1000, env=None, port=None,
+                 wrapper=()):
         self.port = port or free_port()
         super().__init__(tmp_path, "ingest", "--listen", f"127.0.0.1:{self.port}",
                          "--kafka-deadline", str(deadline_ms), *args,
-                         kafka_bootstrap=kafka_bootstrap, conninfo=ingest_conninfo(), env=env)
+                         kafka_bootstrap=kafka_bootstrap, conninfo=ingest_conninfo(), env=env,
+                         wrapper=wrapper)
 
     def wait_listening(self, timeout=60):
         wait_until(lambda: post(self.port, "/healthz", method="GET")[0] == 200, timeout,

@@ -1,17 +1,20 @@
 """Hostile requests at `wal-worker ingest` that the framing and contract tests do not send:
 batch values whose bytes a parse and re-encode would change (decimals, integers over 64
 bits), a line with a key twice and value_base64 that a lax decoder reads as another
-record. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
+record, a body announced over the limit with Expect: 100-continue, and more idle
+connections than systemd's default open-file limit. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
 Real Postgres, real Kafka, the real worker on raw sockets."""
 import json
+import resource
 import socket
+import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from conftest import connect
-from ingest_helpers import running_ingest, send_record, topics_with_token
+from ingest_helpers import Ingest, running_ingest, send_record, topics_with_token
 from relay_helpers import read_topic, wait_until
 
 
@@ -202,3 +205,57 @@ def test_expect_continue_gets_the_refusal_before_the_body(ingest):
     # Within the limit the client is told to go on.
     status_line, _, closed = expect_continue(ingest, 2)
     assert status_line == b"HTTP/1.1 100 Continue" and not closed
+
+
+# ---------------------------------------------------------------- many idle connections
+
+IDLE_CONNECTIONS = 3000
+
+
+@pytest.fixture
+def ingest_with_systemd_file_limit(ingest, tmp_path, kafka_bootstrap):
+    """An ingest started as systemd starts services: 1024 open files, a higher hard limit."""
+    worker = Ingest(tmp_path, kafka_bootstrap, wrapper=("prlimit", "--nofile=1024:20000", "--"))
+    try:
+        worker.wait_listening()
+        worker.plain, worker.token = ingest.plain, ingest.token
+        yield worker
+    finally:
+        worker.stop()
+
+
+def test_idle_connections_beyond_1024_do_not_lock_out_other_clients(ingest_with_systemd_file_limit):
+    """A client holding 3000 idle connections (a slowloris, or a load balancer's pool)
+    under the default soft limit of 1024 files: accept() failed with EMFILE and every new
+    client waited unanswered. The worker raises its soft limit for its connection limit."""
+    worker = ingest_with_systemd_file_limit
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < IDLE_CONNECTIONS + 1000:
+        pytest.skip(f"this test needs {IDLE_CONNECTIONS + 1000} open files, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (IDLE_CONNECTIONS + 1000, hard))
+    idle = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            idle.append(socket.create_connection(("127.0.0.1", worker.port), timeout=10))
+        time.sleep(1)  # every one accepted, or refused by the file limit
+        started = time.time()
+        status, answer, _ = send_record(worker.port, worker.plain, worker.token)
+        assert status == 201, answer
+        assert time.time() - started < 10
+    finally:
+        for s in idle:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "Too many open files" not in worker.output()
+
+
+def test_an_open_file_limit_too_low_to_raise_is_logged_with_the_fix(ingest, tmp_path, kafka_bootstrap):
+    worker = Ingest(tmp_path, kafka_bootstrap, wrapper=("prlimit", "--nofile=1024:1024", "--"))
+    try:
+        worker.wait_listening()
+        assert send_record(worker.port, ingest.plain, ingest.token)[0] == 201
+        line = next(line for line in worker.output().splitlines()
+                    if "event=connection_limit_lowered" in line)
+        assert "connections=512 open_files=1024" in line and "LimitNOFILE" in line, line
+    finally:
+        worker.stop()

@@ -42,6 +42,7 @@ def driver_binary(tmp_path_factory):
         ["cc", "-Wall", "-Wextra", "-Werror", *mhd_flags[0], "-Isrc/workers", "-Isrc",
          "tests/c/admin_server_check.c", "src/workers/common/metrics.c",
          "src/workers/common/text_buffer.c", "src/workers/common/admin_server.c",
+         "src/workers/common/file_limit.c",
          "src/workers/common/http_framing.c", "src/workers/common/listen_socket.c",
          "src/workers/common/log.c", "src/shared/utf8.c",
          *mhd_flags[1], "-lpthread", "-o", str(binary)],

@@ -18,6 +18,7 @@ from conftest import Destination
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["tests/c/http_delivery_check.c", "src/workers/common/http_delivery.c",
+           "src/workers/common/file_limit.c",
            "src/workers/common/webhook.c", "src/workers/common/header_lines.c",
            "src/workers/common/log.c", "src/shared/utf8.c"]
 

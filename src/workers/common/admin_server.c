@@ -21,10 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "file_limit.h"
 #include "http_framing.h"
 #include "listen_socket.h"
 #include "log.h"
@@ -226,18 +226,6 @@ handle_admin_request(void *arg, struct MHD_Connection *connection, const char *u
 	return send_response(connection, MHD_HTTP_NOT_FOUND, CONTENT_TYPE_TEXT, "not found\n", false);
 }
 
-/* Enough descriptors for the connection limit beside the worker's own (Kafka, libpq). */
-static void
-raise_file_limit(void)
-{
-	struct rlimit limit;
-
-	if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= ADMIN_WANTED_FILES)
-		return;
-	limit.rlim_cur = limit.rlim_max < ADMIN_WANTED_FILES ? limit.rlim_max : ADMIN_WANTED_FILES;
-	setrlimit(RLIMIT_NOFILE, &limit);
-}
-
 static void
 free_server(admin_server *server)
 {
@@ -291,7 +279,8 @@ admin_server_start(const admin_listen *listen, const admin_handlers *handlers, c
 		free_server(server);
 		return NULL;
 	}
-	raise_file_limit();
+	/* Enough descriptors for the connection limit beside the worker's own (Kafka, libpq). */
+	file_limit_raise(ADMIN_WANTED_FILES);
 
 	/*
 	 * One internal thread polls every connection, so the handlers are never called

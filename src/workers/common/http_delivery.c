@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "clock.h"
+#include "file_limit.h"
 #include "log.h"
 
 #define DESTINATION_BUCKETS  256
@@ -881,23 +881,11 @@ http_engine_poll(http_engine *engine, int timeout_ms)
 int
 http_engine_affordable_in_flight(void)
 {
-	const rlim_t want = HTTP_MAX_TOTAL_IN_FLIGHT + HTTP_RESERVED_FILES;
-	struct rlimit limit;
-	rlim_t room;
+	long files = file_limit_raise(HTTP_MAX_TOTAL_IN_FLIGHT + HTTP_RESERVED_FILES);
 
-	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
-		return 256;
-	if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want && limit.rlim_cur < limit.rlim_max)
-	{
-		limit.rlim_cur =
-			limit.rlim_max != RLIM_INFINITY && limit.rlim_max < want ? limit.rlim_max : want;
-		if (setrlimit(RLIMIT_NOFILE, &limit) != 0)
-			getrlimit(RLIMIT_NOFILE, &limit);
-	}
-	if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= want)
+	if (files >= HTTP_MAX_TOTAL_IN_FLIGHT + HTTP_RESERVED_FILES)
 		return HTTP_MAX_TOTAL_IN_FLIGHT;
-	room = limit.rlim_cur > HTTP_RESERVED_FILES + 256 ? limit.rlim_cur - HTTP_RESERVED_FILES : 256;
-	return (int) room;
+	return files > HTTP_RESERVED_FILES + 256 ? (int) (files - HTTP_RESERVED_FILES) : 256;
 }
 
 void

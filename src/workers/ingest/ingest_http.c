@@ -31,6 +31,7 @@
 #include <microhttpd.h>
 
 #include "common/clock.h"
+#include "common/file_limit.h"
 #include "common/http_framing.h"
 #include "common/listen_socket.h"
 #include "common/log.h"
@@ -44,8 +45,11 @@
 #include "shared/record_contract.h"
 #include "shared/utf8.h"
 
-#define HTTP_THREADS            2
-#define HTTP_CONNECTION_LIMIT   10000
+#define HTTP_THREADS          2
+#define HTTP_CONNECTION_LIMIT 10000
+/* Descriptors kept for the rest of the worker: Kafka, libpq, the admin server's 1000. */
+#define HTTP_RESERVED_FILES     2048
+#define HTTP_MIN_CONNECTIONS    64
 #define HTTP_CONNECTION_TIMEOUT 60
 #define TOPIC_PREFIX            "/v1/topics/"
 /* Longer than any endpoint's path (a topic name is at most 249 bytes, 747 escaped). */
@@ -466,10 +470,34 @@ request_completed(void *arg, struct MHD_Connection *connection, void **state_ptr
 	*state_ptr = NULL;
 }
 
+/*
+ * As many connections as the open-file limit allows beside the worker's own descriptors
+ * (the limit raised toward what HTTP_CONNECTION_LIMIT needs; when it stays low, half of it). Over
+ * the connection limit, libmicrohttpd closes a new connection at once, which a client or load
+ * balancer sees and retries elsewhere; over the file limit, accept() would fail and every new
+ * client would wait unanswered until connections went away.
+ */
+static unsigned int
+connection_limit(void)
+{
+	long files = file_limit_raise(HTTP_CONNECTION_LIMIT + HTTP_RESERVED_FILES);
+	long room = files - HTTP_RESERVED_FILES;
+
+	if (room >= HTTP_CONNECTION_LIMIT)
+		return HTTP_CONNECTION_LIMIT;
+	if (room < files / 2)
+		room = files / 2; /* a low limit: half for connections, half for the rest */
+	log_warn("event=connection_limit_lowered connections=%ld open_files=%ld msg=\"the open-file "
+			 "limit allows no more; raise LimitNOFILE to %d for %d\"",
+			 room, files, HTTP_CONNECTION_LIMIT + HTTP_RESERVED_FILES, HTTP_CONNECTION_LIMIT);
+	return (unsigned int) room;
+}
+
 ingest_http *
 ingest_http_start(const char *listen_spec, bool (*is_ready)(void), char *errbuf, size_t errbuf_size)
 {
 	ingest_http *http = calloc(1, sizeof(*http));
+	unsigned int connections = connection_limit();
 	int fd;
 
 	http->is_ready = is_ready;
@@ -485,11 +513,11 @@ ingest_http_start(const char *listen_spec, bool (*is_ready)(void), char *errbuf,
 		0, NULL, NULL, handle_request, http, MHD_OPTION_EXTERNAL_LOGGER, listen_socket_log_mhd,
 		"http_server_message", MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned int) HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned int) HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned int) HTTP_CONNECTION_TIMEOUT, MHD_OPTION_CLIENT_DISCIPLINE_LVL,
-		(int) HTTP_CLIENT_DISCIPLINE, MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL,
-		MHD_OPTION_URI_LOG_CALLBACK, request_started, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-		request_completed, NULL, MHD_OPTION_END);
+		connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) HTTP_CONNECTION_TIMEOUT,
+		MHD_OPTION_CLIENT_DISCIPLINE_LVL, (int) HTTP_CLIENT_DISCIPLINE,
+		MHD_OPTION_UNESCAPE_CALLBACK, http_keep_escaped, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+		request_started, NULL, MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL,
+		MHD_OPTION_END);
 	if (http->daemon == NULL)
 	{
 		snprintf(errbuf, errbuf_size, "cannot start the HTTP server on %s (see the log)",
