@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from conftest import connect
+from consumer_helpers import PEER_TOKEN
 from ingest_helpers import Ingest, running_ingest, send_record, topics_with_token
 from relay_helpers import read_topic, wait_until
 
@@ -259,3 +260,30 @@ def test_an_open_file_limit_too_low_to_raise_is_logged_with_the_fix(ingest, tmp_
         assert "connections=512 open_files=1024" in line and "LimitNOFILE" in line, line
     finally:
         worker.stop()
+
+
+# ---------------------------------------------------------------- the Authorization header
+
+def with_authorization(port, path, value, method=b"POST"):
+    body = b"{}" if method == b"POST" else b""
+    head = [method + b" " + path + b" HTTP/1.1", b"Host: 127.0.0.1", b"Connection: close",
+            b"Authorization: " + value, b"Content-Length: %d" % len(body)]
+    return exchange(port, b"\r\n".join(head) + b"\r\n\r\n" + body)
+
+
+def test_the_bearer_scheme_is_read_in_any_case_with_any_spaces(ingest):
+    """RFC 9110: the scheme is case-insensitive and one space or more comes before the
+    token. Clients that send "bearer" were answered 401 with a valid token."""
+    path = f"/v1/topics/{ingest.plain}/records".encode()
+    token = ingest.token.encode()
+    for value in (b"bearer " + token, b"BEARER " + token, b"Bearer   " + token):
+        status, _, body = with_authorization(ingest.port, path, value)
+        assert status == 201, (value, body)
+    for value in (b"Bearer", b"Bearer\t" + token, b"Bearer" + token, b"Basic " + token,
+                  b"Bearer " + token + b"x"):
+        status, _, body = with_authorization(ingest.port, path, value)
+        assert status == 401 and json.loads(body)["error"] == "unauthorized", (value, body)
+    # The admin port's /config reads the header the same way.
+    peer = PEER_TOKEN.encode()
+    assert with_authorization(ingest.admin_port, b"/config", b"bearer " + peer, b"GET")[0] == 200
+    assert with_authorization(ingest.admin_port, b"/config", b"Bearer " + peer + b"x", b"GET")[0] == 401

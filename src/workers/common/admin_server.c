@@ -145,16 +145,12 @@ token_matches(const char *expected, const char *given, size_t given_len)
 static bool
 has_config_token(const admin_server *server, struct MHD_Connection *connection)
 {
-	static const char bearer[] = "Bearer ";
-	const char *auth = NULL;
-	size_t auth_len = 0;
+	const char *token;
+	size_t token_len;
 
 	/* With its length: "<token>\0junk" is not the token. */
-	if (!http_header(connection, MHD_HTTP_HEADER_AUTHORIZATION, &auth, &auth_len) || auth == NULL ||
-		auth_len < sizeof(bearer) - 1 || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
-		return false;
-	return token_matches(server->config_token, auth + sizeof(bearer) - 1,
-						 auth_len - (sizeof(bearer) - 1));
+	return http_bearer_token(connection, &token, &token_len) &&
+		   token_matches(server->config_token, token, token_len);
 }
 
 static enum MHD_Result

@@ -161,6 +161,27 @@ http_header(struct MHD_Connection *connection, const char *name, const char **va
 										 len) == MHD_YES;
 }
 
+bool
+http_bearer_token(struct MHD_Connection *connection, const char **token, size_t *len)
+{
+	static const char scheme[] = "Bearer";
+	const size_t scheme_len = sizeof(scheme) - 1;
+	const char *auth = NULL;
+	size_t auth_len = 0, i;
+
+	if (!http_header(connection, MHD_HTTP_HEADER_AUTHORIZATION, &auth, &auth_len) || auth == NULL ||
+		auth_len <= scheme_len || strncasecmp(auth, scheme, scheme_len) != 0 ||
+		auth[scheme_len] != ' ')
+		return false;
+	for (i = scheme_len; i < auth_len && auth[i] == ' '; i++)
+		;
+	if (i == auth_len)
+		return false;
+	*token = auth + i;
+	*len = auth_len - i;
+	return true;
+}
+
 enum MHD_Result
 http_queue_closing(struct MHD_Connection *connection, unsigned int status,
 				   struct MHD_Response *resp)

@@ -64,6 +64,13 @@ void http_escape(const char *s, size_t len, char *out, size_t out_size);
 bool http_header(struct MHD_Connection *connection, const char *name, const char **value,
 				 size_t *len);
 
+/*
+ * The token of the request's "Authorization: Bearer <token>" header and its length: the
+ * scheme in any letter case, one space or more before the token (RFC 9110, 11.1 and
+ * 11.4). False when there is no such header or no token after the scheme.
+ */
+bool http_bearer_token(struct MHD_Connection *connection, const char **token, size_t *len);
+
 /* Queues resp for status with "Connection: close" (the connection ends after it). */
 enum MHD_Result http_queue_closing(struct MHD_Connection *connection, unsigned int status,
 								   struct MHD_Response *resp);

@@ -195,14 +195,11 @@ decode_path(const char *s, size_t len, char *out, size_t *out_len)
 static void
 authorize(ingest_request *req, const char *topic)
 {
-	static const char bearer[] = "Bearer ";
-	const char *auth = NULL;
-	size_t auth_len = 0;
+	const char *bearer;
+	size_t bearer_len;
 	const ingest_token *token;
 
-	if (!http_header(req->connection, MHD_HTTP_HEADER_AUTHORIZATION, &auth, &auth_len) ||
-		auth == NULL || auth_len < sizeof(bearer) - 1 ||
-		strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
+	if (!http_bearer_token(req->connection, &bearer, &bearer_len))
 	{
 		ingest_request_fail(req, 401, "unauthorized",
 							"send \"Authorization: Bearer <token>\" with an ingest token "
@@ -210,9 +207,8 @@ authorize(ingest_request *req, const char *topic)
 		return;
 	}
 	/* The token with its length: "<token>\0junk" is not "<token>". */
-	token = memchr(auth, '\0', auth_len) == NULL
-				? ingest_catalog_token(req->catalog, auth + sizeof(bearer) - 1)
-				: NULL;
+	token = memchr(bearer, '\0', bearer_len) == NULL ? ingest_catalog_token(req->catalog, bearer)
+													 : NULL;
 	if (token == NULL)
 	{
 		ingest_request_fail(req, 401, "unauthorized", "the bearer token is unknown or revoked");
