@@ -135,6 +135,26 @@ def test_a_batch_line_with_a_key_twice_is_refused_and_nothing_is_stored(ingest, 
     assert stored(ingest) == before, "a line with a key twice, or the good line before it, was stored"
 
 
+# ---------------------------------------------------------------- unknown members
+
+UNKNOWN = [(b'{"value": 1, "idempotencyKey": "order-1"}', "idempotencyKey"),
+           (b'{"value": 1, "headrs": {"a": "b"}}', "headrs"),
+           (b'{"value_base64": "QQ==", "contentType": "text/plain"}', "contentType"),
+           (b'{"value": 1, "": 2}', "")]
+
+
+@pytest.mark.parametrize("line,member", UNKNOWN, ids=[u[1] or "empty name" for u in UNKNOWN])
+def test_a_batch_line_with_an_unknown_member_is_refused_and_nothing_is_stored(ingest, line, member):
+    """A misspelt idempotency_key was ignored: the record got a generated key, and every
+    retry of it was stored again as another record."""
+    before = stored(ingest)
+    for topic in (ingest.plain, ingest.processed):
+        status, answer = batch(ingest, topic, [line])
+        assert status == 400 and answer["field"] == "line", answer
+        assert f'unknown member "{member}"' in answer["message"], answer
+    assert stored(ingest) == before
+
+
 # ---------------------------------------------------------------- value_base64
 
 NOT_BASE64 = ["QUJD=junk", "=QUJD", "QQ==QQ==", "QUJD====", "Q", "QUJDR", "QUI==", "QU JD",

@@ -222,6 +222,34 @@ bad_line(record_problem *p, const char *field, const char *message)
 	return false;
 }
 
+/* The members a batch line may have. */
+static const char *const line_members[] = {
+	"value", "value_base64", "idempotency_key", "key", "headers", "content_type", NULL};
+
+/*
+ * A member the line may not have, NULL when none: a misspelt "idempotencyKey" would
+ * otherwise be ignored, the record given a generated key, and every retry of it stored
+ * again as another record.
+ */
+static const char *
+unknown_member(json_t *line)
+{
+	const char *name;
+	json_t *member;
+
+	json_object_foreach(line, name, member)
+	{
+		int i = 0;
+
+		(void) member;
+		while (line_members[i] != NULL && strcmp(line_members[i], name) != 0)
+			i++;
+		if (line_members[i] == NULL)
+			return name;
+	}
+	return NULL;
+}
+
 /* One NDJSON line (parsed, and its text) into a record; false with the problem. */
 static bool
 parse_line(ingest_request *req, const request_trace *trace, json_t *line, const char *text,
@@ -240,6 +268,18 @@ parse_line(ingest_request *req, const request_trace *trace, json_t *line, const 
 		return bad_line(p, "value",
 						"a line must be an object with \"value\" or \"value_base64\" (one of "
 						"them)");
+	if ((name = unknown_member(line)) != NULL)
+	{
+		char shown[160];
+
+		record_quote(shown, sizeof(shown), name, strlen(name), 100);
+		bad_line(p, "line", "");
+		snprintf(p->message, sizeof(p->message),
+				 "unknown member %s: a line takes value or value_base64, idempotency_key, key, "
+				 "headers and content_type",
+				 shown);
+		return false;
+	}
 	if ((ikey && !json_is_string(ikey)) || (key && !json_is_string(key)) ||
 		(ctype && !json_is_string(ctype)) || (headers && !json_is_object(headers)))
 		return bad_line(p, "line",

@@ -10,7 +10,7 @@
  *           value's text as sent, see ingest_json_member.h; a key twice is refused) or
  *           {"value_base64": "..."} (content type "content_type", else
  *           application/octet-stream), with optional "idempotency_key", "key", "headers"
- *           (an object of strings) and "content_type".
+ *           (an object of strings) and "content_type"; no other member.
  *
  * Each record is checked by the rules of wal_enqueue; a bad one refuses the request
  * (400, or 413 for sizes), naming the line of a batch. Records of a request that is
