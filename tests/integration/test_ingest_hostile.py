@@ -307,3 +307,19 @@ def test_the_bearer_scheme_is_read_in_any_case_with_any_spaces(ingest):
     peer = PEER_TOKEN.encode()
     assert with_authorization(ingest.admin_port, b"/config", b"bearer " + peer, b"GET")[0] == 200
     assert with_authorization(ingest.admin_port, b"/config", b"Bearer " + peer + b"x", b"GET")[0] == 401
+
+
+# ---------------------------------------------------------------- methods
+
+@pytest.mark.parametrize("method", [b"GET", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"])
+def test_a_method_a_path_does_not_take_is_405_with_allow(ingest, method):
+    """RFC 9110 15.5.6: a 405 says in Allow which methods the path takes."""
+    for path, allow in ((f"/v1/topics/{ingest.plain}/records".encode(), "POST"),
+                        (f"/v1/topics/{ingest.plain}/batch".encode(), "POST"),
+                        (b"/healthz", "GET, HEAD"), (b"/metrics", "GET, HEAD")):
+        if method == b"GET" and allow != "POST":
+            continue
+        status, headers, body = with_authorization(ingest.port, path,
+                                                   b"Bearer " + ingest.token.encode(), method)
+        assert status == 405 and json.loads(body)["error"] == "method_not_allowed", (path, body)
+        assert headers.get("allow") == allow, (path, headers)

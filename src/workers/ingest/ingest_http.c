@@ -261,7 +261,10 @@ route_request(http_state *st, const char *url, const char *method, char *why, si
 	if (route != ROUTE_NONE)
 	{
 		if (!get)
+		{
 			ingest_request_fail(req, 405, "method_not_allowed", "%s takes GET", path);
+			req->allow = "GET, HEAD";
+		}
 		return get ? route : ROUTE_NONE;
 	}
 	/* Split as sent: an escaped "/" (%2F) belongs to the topic, which then is no name. */
@@ -277,6 +280,7 @@ route_request(http_state *st, const char *url, const char *method, char *why, si
 	if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
 	{
 		ingest_request_fail(req, 405, "method_not_allowed", "records are sent with POST");
+		req->allow = "POST";
 		return ROUTE_NONE;
 	}
 	if (st->has_query)

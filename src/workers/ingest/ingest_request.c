@@ -154,7 +154,7 @@ ingest_request_record_done(ingest_request *req)
 
 static enum MHD_Result
 send_json(struct MHD_Connection *connection, int status, json_t *body, const char *ikey,
-		  bool closing)
+		  bool closing, const char *allow)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	size_t len;
@@ -187,6 +187,8 @@ send_json(struct MHD_Connection *connection, int status, json_t *body, const cha
 		MHD_add_response_header(response, "Idempotency-Key", ikey);
 	if (closing)
 		MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (allow != NULL)
+		MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, allow);
 	/* 504 outcome_unknown: the client sends again too (ingest_kafka_outbox_failed). */
 	if (status == MHD_HTTP_SERVICE_UNAVAILABLE || status == MHD_HTTP_GATEWAY_TIMEOUT)
 		MHD_add_response_header(response, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_SECONDS);
@@ -211,7 +213,7 @@ enum MHD_Result
 ingest_send_error(struct MHD_Connection *connection, int status, const char *code,
 				  const char *field, const char *message)
 {
-	return send_json(connection, status, error_json(code, field, message), NULL, false);
+	return send_json(connection, status, error_json(code, field, message), NULL, false, NULL);
 }
 
 /* One record's part of the answer. */
@@ -265,7 +267,7 @@ ingest_request_answer(ingest_request *req)
 		observe_latency(req, 0, 0);
 		return send_json(req->connection, req->error_status,
 						 error_json(req->error_code, req->error_field, req->error_message), NULL,
-						 req->closing);
+						 req->closing, req->allow);
 	}
 	for (int i = 0; i < req->n_records; i++)
 	{
@@ -286,7 +288,7 @@ ingest_request_answer(ingest_request *req)
 
 		body = record_json(r);
 		json_object_del(body, "status"); /* it is the answer's */
-		return send_json(req->connection, status, body, r->idempotency_key, false);
+		return send_json(req->connection, status, body, r->idempotency_key, false, NULL);
 	}
 	body = json_pack("{s:i, s:i, s:i, s:o}", "kafka", n_kafka, "outbox", n_outbox, "failed",
 					 req->n_records - n_kafka - n_outbox, "records", json_array());
@@ -299,5 +301,5 @@ ingest_request_answer(ingest_request *req)
 							json_string("some records are not durable (see records); send them "
 										"again with the same idempotency keys"));
 	}
-	return send_json(req->connection, status, body, NULL, false);
+	return send_json(req->connection, status, body, NULL, false, NULL);
 }

@@ -41,6 +41,7 @@ typedef struct ingest_request
 	int error_status;
 	char error_code[48];
 	const char *error_field; /* the request field at fault, NULL when none is */
+	const char *allow;       /* a 405's Allow header: the methods the path takes */
 	char error_message[1024];
 
 	ingest_record **records;
