@@ -323,3 +323,57 @@ def test_a_method_a_path_does_not_take_is_405_with_allow(ingest, method):
                                                    b"Bearer " + ingest.token.encode(), method)
         assert status == 405 and json.loads(body)["error"] == "method_not_allowed", (path, body)
         assert headers.get("allow") == allow, (path, headers)
+
+
+# ---------------------------------------------------------------- bodies held in memory
+
+BATCH_MAX = 16 * 1024 * 1024
+BODIES_MAX = 256 * 1024 * 1024
+
+
+def peak_rss_bytes(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_slow_uploads_over_the_bodies_limit_get_503_and_memory_stays_bounded(ingest):
+    """20 uploads of a 16 MiB batch, each stopped one byte short (a slow client, or a
+    hostile one): each request is bounded, but together they held 320 MiB, and a
+    thousand of them would have had the worker killed for its memory. Past 256 MiB of
+    bodies, a request is answered 503 busy with Retry-After; the others are unaffected,
+    and once the uploads end, records are taken again."""
+    path = f"/v1/topics/{ingest.plain}/batch".encode()
+    head = b"\r\n".join([b"POST " + path + b" HTTP/1.1", b"Host: 127.0.0.1",
+                         b"Authorization: Bearer " + ingest.token.encode(),
+                         b"Content-Length: %d" % BATCH_MAX, b"Connection: close"]) + b"\r\n\r\n"
+    body = b"x" * (BATCH_MAX - 1)
+    uploads = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", ingest.port), timeout=30)
+            s.sendall(head + body)
+            uploads.append(s)
+        time.sleep(1)
+        assert peak_rss_bytes(ingest.proc.pid) < 2 * BODIES_MAX
+        answers = []
+        for s in uploads:
+            s.sendall(b"x")  # the last byte: the request is complete, and answered
+            received = b""
+            while chunk := s.recv(65536):
+                received += chunk
+            head_text, _, answer = received.partition(b"\r\n\r\n")
+            answers.append((int(head_text.split()[1]), b"retry-after:" in head_text.lower(),
+                            json.loads(answer)["error"]))
+    finally:
+        for s in uploads:
+            s.close()
+    busy = [a for a in answers if a[0] == 503]
+    assert busy and all(a[1] and a[2] == "busy" for a in busy), answers
+    # The ones within the limit were read whole: "x..." is not JSON.
+    assert all(a[0] == 400 for a in answers if a[0] != 503), answers
+    assert len(answers) - len(busy) >= BODIES_MAX // BATCH_MAX - 1, answers
+    assert "event=bodies_limit_reached" in ingest.output()
+    status, answer, _ = send_record(ingest.port, ingest.plain, ingest.token)
+    assert status == 201, answer

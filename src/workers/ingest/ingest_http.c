@@ -356,16 +356,21 @@ take_body(ingest_request *req, const char *data, size_t size)
 							req->body_limit);
 		return;
 	}
-	if (req->body_len + size + 1 > req->body_cap)
+	if (req->body_len + size + 1 > req->body_cap && !ingest_request_grow_body(req, size))
 	{
-		size_t cap = req->body_cap ? req->body_cap : 4096;
+		static _Atomic int64_t logged_ms;
+		int64_t now = now_ms(), last = atomic_load(&logged_ms);
 
-		while (cap < req->body_len + size + 1)
-			cap *= 2;
-		req->body = realloc(req->body, cap);
-		if (req->body == NULL)
-			fatal("event=out_of_memory what=request_body bytes=%zu", cap);
-		req->body_cap = cap;
+		ingest_request_fail(req, 503, "busy",
+							"the service holds %zu MiB of request bodies, its limit; send the "
+							"request again after Retry-After",
+							INGEST_BODIES_MAX_BYTES >> 20);
+		/* Once a second at most: under a flood of uploads the log says it, not each one. */
+		if (now - last >= 1000 && atomic_compare_exchange_strong(&logged_ms, &last, now))
+			log_warn("event=bodies_limit_reached limit_bytes=%zu msg=\"requests get 503 until "
+					 "uploads in progress end\"",
+					 INGEST_BODIES_MAX_BYTES);
+		return;
 	}
 	memcpy(req->body + req->body_len, data, size);
 	req->body_len += size;

@@ -4,6 +4,7 @@
 #include "ingest_request.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 
 /* How long a client is asked to wait before it sends again after a 503. */
 #define RETRY_AFTER_SECONDS "1"
+
+static atomic_size_t bodies_held; /* the body_cap of every request alive */
 
 ingest_request *
 ingest_request_new(struct MHD_Connection *connection)
@@ -40,6 +43,7 @@ ingest_request_free(ingest_request *req)
 		ingest_record_release(req->records[i]);
 	free(req->records);
 	free(req->body);
+	atomic_fetch_sub(&bodies_held, req->body_cap);
 	ingest_catalog_release(req->catalog);
 	pthread_mutex_destroy(&req->lock);
 	free(req);
@@ -95,6 +99,32 @@ json_text(const char *s)
 	j = json_stringn(shown + 1, strlen(shown) - 2);
 	free(shown);
 	return j;
+}
+
+bool
+ingest_request_grow_body(ingest_request *req, size_t more)
+{
+	size_t need = req->body_len + more + 1;
+	size_t cap = req->body_cap ? req->body_cap : 4096;
+	size_t added;
+	char *grown;
+
+	while (cap < need)
+		cap *= 2;
+	if (cap > req->body_limit + 1)
+		cap = need > req->body_limit + 1 ? need : req->body_limit + 1;
+	added = cap - req->body_cap;
+	if (atomic_fetch_add(&bodies_held, added) + added > INGEST_BODIES_MAX_BYTES)
+	{
+		atomic_fetch_sub(&bodies_held, added);
+		return false;
+	}
+	grown = realloc(req->body, cap);
+	if (grown == NULL)
+		fatal("event=out_of_memory what=request_body bytes=%zu", cap);
+	req->body = grown;
+	req->body_cap = cap;
+	return true;
 }
 
 void

@@ -33,7 +33,7 @@ typedef struct ingest_request
 	/* the body, kept up to body_limit, counted beyond */
 	char *body;
 	size_t body_len;
-	size_t body_cap;
+	size_t body_cap; /* counted in the bodies' limit until the request is freed */
 	size_t body_limit;
 	bool body_too_large;
 
@@ -54,6 +54,13 @@ typedef struct ingest_request
 	bool closing;   /* answered before its body was read: "Connection: close" */
 } ingest_request;
 
+/*
+ * What the bodies of all requests may hold at once. Each request is bounded (a batch
+ * 16 MiB), but a thousand slow uploads of one each would hold 16 GiB until the worker
+ * was killed for it; past this, a request is answered 503 (Retry-After) instead.
+ */
+#define INGEST_BODIES_MAX_BYTES ((size_t) 256 * 1024 * 1024)
+
 ingest_request *ingest_request_new(struct MHD_Connection *connection);
 void ingest_request_free(ingest_request *req);
 
@@ -64,6 +71,13 @@ void ingest_request_fail(ingest_request *req, int status, const char *code, cons
 /* The same, naming the field of the request at fault ("idempotency_key", "headers"...). */
 void ingest_request_fail_field(ingest_request *req, int status, const char *code, const char *field,
 							   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/*
+ * Makes room for more bytes of body after body_len (and a NUL), at most body_limit + 1 in
+ * all; false, nothing changed, when all requests' bodies would pass
+ * INGEST_BODIES_MAX_BYTES.
+ */
+bool ingest_request_grow_body(ingest_request *req, size_t more);
 
 void ingest_request_add_record(ingest_request *req, ingest_record *r);
 
