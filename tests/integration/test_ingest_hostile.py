@@ -135,6 +135,24 @@ def test_a_batch_line_with_a_key_twice_is_refused_and_nothing_is_stored(ingest, 
     assert stored(ingest) == before, "a line with a key twice, or the good line before it, was stored"
 
 
+# ---------------------------------------------------------------- one key on two lines
+
+def test_a_batch_with_one_idempotency_key_on_two_lines_is_refused_whole_on_both_paths(ingest):
+    """Two records under one key: the direct path stored both and destinations, deduping
+    on the key, dropped one; the outbox path stored the first and answered 409 for the
+    second. Now the batch is refused whole, the same on both paths."""
+    before = stored(ingest)
+    key = "twice-" + uuid.uuid4().hex[:8]
+    lines = [b'{"value": 1, "idempotency_key": "other-%s"}' % uuid.uuid4().hex.encode(),
+             b'{"value": 1, "idempotency_key": "%s"}' % key.encode(), b"",
+             b'{"value": 2, "idempotency_key": "%s"}' % key.encode()]
+    for topic in (ingest.plain, ingest.processed):
+        status, answer = batch(ingest, topic, lines)
+        assert status == 400 and answer["field"] == "idempotency_key", answer
+        assert answer["message"].startswith(f'line 4: idempotency key "{key}" is line 2\'s too'), answer
+    assert stored(ingest) == before
+
+
 # ---------------------------------------------------------------- unknown members
 
 UNKNOWN = [(b'{"value": 1, "idempotencyKey": "order-1"}', "idempotencyKey"),

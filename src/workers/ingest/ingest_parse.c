@@ -345,6 +345,65 @@ parse_line(ingest_request *req, const request_trace *trace, json_t *line, const 
 	return ingest_record_check(r, req->topic->record_limit, p);
 }
 
+/* A batch's record and the line it came from. */
+typedef struct keyed_line
+{
+	const ingest_record *record;
+	int line;
+} keyed_line;
+
+static int
+compare_keys(const void *a, const void *b)
+{
+	const keyed_line *x = a, *y = b;
+	size_t shorter = x->record->idempotency_key_len < y->record->idempotency_key_len
+						 ? x->record->idempotency_key_len
+						 : y->record->idempotency_key_len;
+	int c = memcmp(x->record->idempotency_key, y->record->idempotency_key, shorter);
+
+	if (c != 0)
+		return c;
+	if (x->record->idempotency_key_len != y->record->idempotency_key_len)
+		return x->record->idempotency_key_len < y->record->idempotency_key_len ? -1 : 1;
+	return x->line - y->line;
+}
+
+/*
+ * False, answered 400, when two lines give one idempotency key. On the direct path both
+ * would be stored, and destinations, which dedupe on the key, would drop one of them; on
+ * the outbox path the second would be refused after the first was stored. Refused whole,
+ * the batch is the same on both paths and nothing of it is stored.
+ */
+static bool
+keys_unique(ingest_request *req, ingest_record **records, const int *lines, int n)
+{
+	keyed_line *sorted = malloc(sizeof(*sorted) * (size_t) n);
+	bool unique = true;
+
+	if (sorted == NULL)
+		fatal("event=out_of_memory what=ingest_parse");
+	for (int i = 0; i < n; i++)
+		sorted[i] = (keyed_line){records[i], lines[i]};
+	qsort(sorted, (size_t) n, sizeof(*sorted), compare_keys);
+	for (int i = 1; i < n && unique; i++)
+	{
+		const ingest_record *a = sorted[i - 1].record, *b = sorted[i].record;
+		char shown[160];
+
+		if (a->idempotency_key_len != b->idempotency_key_len ||
+			memcmp(a->idempotency_key, b->idempotency_key, a->idempotency_key_len) != 0)
+			continue;
+		record_quote(shown, sizeof(shown), b->idempotency_key, b->idempotency_key_len, 100);
+		ingest_request_fail_field(req, 400, "bad_record", "idempotency_key",
+								  "line %d: idempotency key %s is line %d's too: a key names one "
+								  "record of its topic; give each line its own",
+								  sorted[i].line, shown, sorted[i - 1].line);
+		unique = false;
+	}
+	free(sorted);
+	return unique;
+}
+
 bool
 ingest_parse_batch(ingest_request *req)
 {
@@ -352,6 +411,7 @@ ingest_parse_batch(ingest_request *req)
 	const char *end = p + req->body_len;
 	int line_no = 0;
 	ingest_record **records = NULL;
+	int *lines = NULL; /* each record's line number */
 	int n = 0;
 	bool ok;
 	request_trace trace;
@@ -409,7 +469,13 @@ ingest_parse_batch(ingest_request *req)
 		else
 		{
 			if ((n & (n - 1)) == 0)
+			{
 				records = realloc(records, sizeof(*records) * (n ? n * 2 : 1));
+				lines = realloc(lines, sizeof(*lines) * (n ? n * 2 : 1));
+				if (records == NULL || lines == NULL)
+					fatal("event=out_of_memory what=ingest_parse");
+			}
+			lines[n] = line_no;
 			records[n++] = r;
 		}
 		json_decref(line);
@@ -420,6 +486,8 @@ ingest_parse_batch(ingest_request *req)
 		ingest_request_fail(req, 400, "bad_record", "the batch holds no record");
 		ok = false;
 	}
+	if (ok && n > 1)
+		ok = keys_unique(req, records, lines, n);
 	for (int i = 0; i < n; i++)
 	{
 		if (ok)
@@ -428,5 +496,6 @@ ingest_parse_batch(ingest_request *req)
 			ingest_record_release(records[i]);
 	}
 	free(records);
+	free(lines);
 	return ok;
 }
