@@ -153,6 +153,18 @@ def test_a_batch_with_one_idempotency_key_on_two_lines_is_refused_whole_on_both_
     assert stored(ingest) == before
 
 
+def test_a_refusal_by_the_database_reads_as_its_message(ingest):
+    """A record the outbox refuses (here a key already used for another record) is
+    answered with Postgres's message as wal_enqueue raises it, not libpq's "ERROR:  "
+    rendering of it."""
+    key = "conflict-" + uuid.uuid4().hex[:8]
+    assert batch(ingest, ingest.processed, [b'{"value": 1, "idempotency_key": "%s"}' % key.encode()])[0] == 202
+    status, answer = batch(ingest, ingest.processed, [b'{"value": 2, "idempotency_key": "%s"}' % key.encode()])
+    assert status == 409 and answer["records"][0]["error"] == "idempotency_key_conflict", answer
+    message = answer["records"][0]["message"]
+    assert message.startswith(f'idempotency key "{key}" of topic "{ingest.processed}"'), message
+
+
 # ---------------------------------------------------------------- unknown members
 
 UNKNOWN = [(b'{"value": 1, "idempotencyKey": "order-1"}', "idempotencyKey"),

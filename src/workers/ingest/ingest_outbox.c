@@ -276,7 +276,11 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 		PQclear(res);
 		return;
 	}
-	snprintf(why, sizeof(why), "%s", PQresultErrorMessage(res));
+	/* The server's own message when there is one, without libpq's "ERROR:  " before it. */
+	if (PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) != NULL)
+		snprintf(why, sizeof(why), "%s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+	else
+		snprintf(why, sizeof(why), "%s", PQresultErrorMessage(res));
 	why[strcspn(why, "\n")] = '\0';
 	/* The SQLSTATE lives in res: keep a copy before it is freed. */
 	snprintf(sqlstate, sizeof(sqlstate), "%s", state ? state : "");
