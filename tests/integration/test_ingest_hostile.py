@@ -407,3 +407,20 @@ def test_slow_uploads_over_the_bodies_limit_get_503_and_memory_stays_bounded(ing
     assert "event=bodies_limit_reached" in ingest.output()
     status, answer, _ = send_record(ingest.port, ingest.plain, ingest.token)
     assert status == 201, answer
+
+
+# ---------------------------------------------------------------- trailer fields
+
+def test_a_chunked_body_with_trailer_fields_is_refused_and_nothing_is_stored(ingest):
+    """An Idempotency-Key in the trailer was ignored (the record got a generated key)
+    while a proxy that merges trailers into the header read it as the key."""
+    before = stored(ingest)
+    for topic in (ingest.plain, ingest.processed):
+        head = [b"POST /v1/topics/%s/records HTTP/1.1" % topic.encode(), b"Host: 127.0.0.1",
+                b"Authorization: Bearer " + ingest.token.encode(), b"Connection: close",
+                b"Transfer-Encoding: chunked"]
+        body = b"2\r\n{}\r\n0\r\nIdempotency-Key: trailer-" + uuid.uuid4().hex.encode() + b"\r\n\r\n"
+        status, _, answer = exchange(ingest.port, b"\r\n".join(head) + b"\r\n\r\n" + body)
+        answer = json.loads(answer)
+        assert status == 400 and "trailer" in answer["message"], answer
+    assert stored(ingest) == before

@@ -442,6 +442,12 @@ handle_request(void *arg, struct MHD_Connection *connection, const char *url, co
 		return MHD_YES;
 	}
 	/* The whole request is in (or the records are settled and it was resumed). */
+	if (!req->handed_on && req->error_status == 0 &&
+		MHD_get_connection_values(connection, MHD_FOOTER_KIND, NULL, NULL) > 0)
+		ingest_request_fail(req, 400, "bad_request",
+							"the request has trailer fields after its chunked body: send every "
+							"field before the body (a proxy may merge trailers into the header, "
+							"this service reads none)");
 	if (req->handed_on || req->error_status != 0)
 		return ingest_request_answer(req);
 	if (st->route != ROUTE_RECORDS && st->route != ROUTE_BATCH)
