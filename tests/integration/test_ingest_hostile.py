@@ -424,3 +424,27 @@ def test_a_chunked_body_with_trailer_fields_is_refused_and_nothing_is_stored(ing
         answer = json.loads(answer)
         assert status == 400 and "trailer" in answer["message"], answer
     assert stored(ingest) == before
+
+
+# ---------------------------------------------------------------- content codings
+
+def test_a_compressed_body_is_refused_415_and_nothing_is_stored(ingest):
+    """A gzip body was stored as the payload, compressed bytes labelled application/json."""
+    import gzip
+    before = stored(ingest)
+    body = gzip.compress(b'{"a": 1}')
+    for topic, path in ((ingest.plain, "records"), (ingest.processed, "records"), (ingest.plain, "batch")):
+        head = [b"POST /v1/topics/%s/%s HTTP/1.1" % (topic.encode(), path.encode()),
+                b"Host: 127.0.0.1", b"Authorization: Bearer " + ingest.token.encode(),
+                b"Connection: close", b"Content-Type: application/json",
+                b"Content-Encoding: gzip", b"Content-Length: %d" % len(body)]
+        status, _, answer = exchange(ingest.port, b"\r\n".join(head) + b"\r\n\r\n" + body)
+        answer = json.loads(answer)
+        assert status == 415 and answer["error"] == "unsupported_content_encoding", answer
+        assert '"gzip"' in answer["message"], answer
+    assert stored(ingest) == before
+    # "identity" is no coding.
+    head = [b"POST /v1/topics/%s/records HTTP/1.1" % ingest.plain.encode(), b"Host: 127.0.0.1",
+            b"Authorization: Bearer " + ingest.token.encode(), b"Connection: close",
+            b"Content-Encoding: identity", b"Content-Length: 2"]
+    assert exchange(ingest.port, b"\r\n".join(head) + b"\r\n\r\n{}")[0] == 201

@@ -58,6 +58,7 @@
 /* The headers a record takes one value of: a request with two of one is refused. */
 static const char *const single_headers[] = {MHD_HTTP_HEADER_AUTHORIZATION,
 											 MHD_HTTP_HEADER_CONTENT_TYPE,
+											 MHD_HTTP_HEADER_CONTENT_ENCODING,
 											 "Idempotency-Key",
 											 "X-Wal-Key",
 											 "traceparent",
@@ -227,6 +228,26 @@ authorize(ingest_request *req, const char *topic)
 }
 
 /*
+ * 415 for a body in a content coding (gzip, ...): the service does not decode one, and
+ * the compressed bytes would be stored as the payload, which no reader could take for
+ * the record sent. "identity" is no coding.
+ */
+static void
+refuse_content_encoding(ingest_request *req)
+{
+	const char *coding;
+	size_t len;
+
+	if (!http_header(req->connection, MHD_HTTP_HEADER_CONTENT_ENCODING, &coding, &len) ||
+		(len == 8 && strncasecmp(coding, "identity", 8) == 0))
+		return;
+	ingest_request_fail(req, 415, "unsupported_content_encoding",
+						"the body has Content-Encoding \"%.40s\": send it without one (the "
+						"service stores the body as the payload and decodes no coding)",
+						coding);
+}
+
+/*
  * Reads the path (as sent) and the method on the first call; sets the route and any
  * early error, or returns ROUTE_REFUSED with why for a 400 at once.
  */
@@ -303,6 +324,7 @@ route_request(http_state *st, const char *url, const char *method, char *why, si
 	req->batch = strcmp(slash, "/batch") == 0;
 	req->catalog = ingest_catalog_acquire();
 	authorize(req, topic);
+	refuse_content_encoding(req);
 	if (req->topic)
 		req->body_limit = req->batch ? INGEST_BATCH_MAX_BYTES : (size_t) req->topic->record_limit;
 	return req->batch ? ROUTE_BATCH : ROUTE_RECORDS;
