@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from conftest import connect
 from consumer_helpers import PEER_TOKEN
-from ingest_helpers import Ingest, running_ingest, send_record, topics_with_token
+from ingest_helpers import Ingest, new_token, running_ingest, send_record, topics_with_token
 from relay_helpers import read_topic, wait_until
 
 
@@ -448,3 +448,28 @@ def test_a_compressed_body_is_refused_415_and_nothing_is_stored(ingest):
             b"Authorization: Bearer " + ingest.token.encode(), b"Connection: close",
             b"Content-Encoding: identity", b"Content-Length: 2"]
     assert exchange(ingest.port, b"\r\n".join(head) + b"\r\n\r\n{}")[0] == 201
+
+
+# ---------------------------------------------------------------- a topic removed meanwhile
+
+def test_a_topic_removed_while_requests_come_is_unknown_topic_on_every_answer(ingest):
+    """Until the service follows the new configuration, a record of a removed topic that
+    needs processing reaches the database, which refuses it: answered 404
+    "refused_by_database" (a code no table lists) instead of unknown_topic."""
+    from consumer_helpers import wait_published
+    from relay_helpers import make_topic
+
+    topic = f"ingest.removed.{uuid.uuid4().hex[:8]}"
+    with connect() as conn:
+        make_topic(conn, topic, processor_kind="sql", processor="public.ingest_identity")
+        token = new_token(conn, [topic])
+        wait_published(conn)
+    wait_until(lambda: send_record(ingest.port, topic, token)[0] == 202, 30,
+               what="the new topic in the service's configuration")
+    with connect() as conn, conn.transaction():
+        conn.execute("SET LOCAL wal_delivery.force_delete = on")
+        conn.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,))
+    answers = [send_record(ingest.port, topic, token)[:2] for _ in range(20)]
+    assert all(status == 404 and answer["error"] == "unknown_topic" for status, answer in answers), \
+        [a for a in answers if a[0] != 404 or a[1]["error"] != "unknown_topic"][:3]
+    assert all(answer["message"].startswith(f'topic "{topic}" does not exist') for _, answer in answers)

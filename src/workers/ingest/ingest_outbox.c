@@ -212,6 +212,29 @@ status_for(const char *state)
 	return 503;
 }
 
+/*
+ * The error code of a refusal's status: the codes the service answers with before the
+ * database, so a client reads one code for one cause (a topic removed after the service
+ * took the request is unknown_topic either way).
+ */
+static const char *
+code_for(int status)
+{
+	switch (status)
+	{
+		case 404:
+			return "unknown_topic";
+		case 403:
+			return "forbidden";
+		case 409:
+			return "idempotency_key_conflict";
+		case 413:
+			return "too_large";
+		default:
+			return "bad_record";
+	}
+}
+
 static void
 settle_written(ingest_record **recs, int n, const char *ids)
 {
@@ -306,11 +329,7 @@ enqueue_group(PGconn **db, ingest_record **recs, int n)
 			enqueue_group(db, &recs[i], 1);
 		return;
 	}
-	ingest_kafka_outbox_failed(recs[0], status_for(state),
-							   status_for(state) == 409   ? "idempotency_key_conflict"
-							   : status_for(state) == 403 ? "forbidden"
-														  : "refused_by_database",
-							   why);
+	ingest_kafka_outbox_failed(recs[0], status_for(state), code_for(status_for(state)), why);
 }
 
 static bool
