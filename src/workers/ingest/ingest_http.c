@@ -11,7 +11,8 @@
  * and is decoded here, with its length: %00, a malformed escape, bytes that are not
  * UTF-8 once decoded and a topic that is not a topic name are refused, and so is a query
  * string on the records endpoints (they take none; /healthz, /readyz and /metrics
- * ignore one).
+ * ignore one). A chunked body followed by trailer fields is refused once read: the
+ * service reads no trailer, a proxy may merge them into the header.
  */
 #include "ingest_http.h"
 
@@ -49,7 +50,6 @@
 #define HTTP_CONNECTION_LIMIT 10000
 /* Descriptors kept for the rest of the worker: Kafka, libpq, the admin server's 1000. */
 #define HTTP_RESERVED_FILES     2048
-#define HTTP_MIN_CONNECTIONS    64
 #define HTTP_CONNECTION_TIMEOUT 60
 #define TOPIC_PREFIX            "/v1/topics/"
 /* Longer than any endpoint's path (a topic name is at most 249 bytes, 747 escaped). */

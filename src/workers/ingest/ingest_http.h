@@ -8,8 +8,10 @@
  *   GET  /metrics                     the Prometheus metrics
  *
  * Requests need "Authorization: Bearer <token>" (401 without or with an unknown token,
- * 403 for a topic the token may not write); then 404 for an unknown topic, 413 for a
- * body over the topic's limit, 400 for bad input. Every error has a JSON body
+ * 403 for a topic the token may not write); then 404 for an unknown topic, 405 (with
+ * Allow) for another method, 415 for a body in a content coding, 413 for a body over the
+ * topic's limit, 503 busy when the bodies of all requests would pass their common
+ * limit (ingest_request.h), 400 for bad input. Every error has a JSON body
  * {"error": code, "message": ...}.
  */
 #ifndef WAL_INGEST_HTTP_H
