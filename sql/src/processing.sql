@@ -461,6 +461,13 @@ BEGIN
     RETURN result;
 END $$;
 
+-- The name of a setting (GUC) changed since the caller's current subtransaction began, or
+-- NULL. run_sql_processor_row asks right after a processor returns: a plain SET in a
+-- processor would outlive it in the worker's session (src/ext/session_settings.c).
+-- No SET clause: one would open a nesting level of its own, and count as a change.
+CREATE FUNCTION wal_delivery.setting_changed_here() RETURNS text
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'wal_delivery_setting_changed_here';
+
 -- call_sql_processor belongs to the processing role, whichever it is now.
 CREATE FUNCTION wal_delivery.own_sql_processor_call() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -560,6 +567,7 @@ DECLARE
     held record;
     result bytea;
     err text;
+    changed text;
     discarding boolean := false;
     late boolean := false;
 BEGIN
@@ -581,6 +589,14 @@ BEGIN
         BEGIN
             BEGIN
                 result := wal_delivery.call_sql_processor(held.processor, held.payload);
+                -- Before any name is looked up again: a processor that ran SET search_path
+                -- would have the next unqualified name here, and the worker's next
+                -- statements, resolve to its own functions, run with the worker's rights.
+                -- Raising undoes every setting it changed, with its writes.
+                changed := wal_delivery.setting_changed_here();
+                IF changed IS NOT NULL THEN
+                    RAISE EXCEPTION 'discarded';
+                END IF;
             EXCEPTION WHEN undefined_function THEN
                 IF SQLERRM NOT LIKE 'processor function %' THEN
                     RAISE;  -- the processor's own error
@@ -603,7 +619,12 @@ BEGIN
                 err := format('processor %s did not finish within its lease (expired at %s, %s)',
                               held.processor, held.lease_until, SQLERRM);
             WHEN OTHERS THEN
-                IF NOT discarding THEN
+                IF changed IS NOT NULL THEN
+                    err := format('processor %s changed setting %s of the session it runs in (the worker''s): '
+                                  'refused, and undone with its writes; a processor may set what it needs for '
+                                  'itself only, with a SET clause on its function (CREATE FUNCTION ... SET %s = ...)',
+                                  held.processor, changed, changed);
+                ELSIF NOT discarding THEN
                     err := format('processor %s raised %s: %s', held.processor, SQLSTATE, SQLERRM);
                 END IF;
         END;

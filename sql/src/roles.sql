@@ -137,6 +137,7 @@ GRANT EXECUTE ON FUNCTION wal_delivery.claim_ready_to_ship(integer),
                           wal_delivery.processing_session_problem(),
                           wal_delivery.sql_processor_call_problem(text),
                           wal_delivery.call_sql_processor(text, bytea),
+                          wal_delivery.setting_changed_here(),
                           wal_delivery.hold_processing_rows(bigint[], bigint[]),
                           wal_delivery.purge_finished_rows(integer)
     TO wal_delivery_admin;
@@ -242,6 +243,7 @@ GRANT EXECUTE ON FUNCTION
     wal_delivery.processing_session_problem(),
     wal_delivery.sql_processor_call_problem(text),
     wal_delivery.call_sql_processor(text, bytea),
+    wal_delivery.setting_changed_here(),
     wal_delivery.processed_payload_problem(bytea, text, integer),
     wal_delivery.record_attempt(bigint, bigint, bytea, text, text, integer)
     TO wal_delivery_worker;

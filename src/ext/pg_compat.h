@@ -44,4 +44,33 @@ typedef const void *compat_binary_data;
 typedef const char *compat_binary_data;
 #endif
 
+/*
+ * get_guc_variables: Postgres 16 moved the settings into a hash table and made this
+ * return a palloc'd array sorted by name, with its length through the argument (15 returns
+ * its own array, and GetNumConfigOptions its length). Callers pfree the array on 16 and
+ * later only (compat_free_guc_variables).
+ */
+#include "utils/guc_tables.h"
+
+static inline struct config_generic **
+compat_get_guc_variables(int *num_vars)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(num_vars);
+#else
+	*num_vars = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
+}
+
+static inline void
+compat_free_guc_variables(struct config_generic **vars)
+{
+#if PG_VERSION_NUM >= 160000
+	pfree(vars);
+#else
+	(void) vars;
+#endif
+}
+
 #endif /* PG_COMPAT_H */

@@ -148,3 +148,75 @@ def test_a_processor_that_alters_its_wrapper_stops_processing_instead_of_escapin
             conn.execute("ALTER FUNCTION wal_delivery.call_sql_processor(text, bytea) SECURITY DEFINER")
             conn.execute("REVOKE USAGE ON SCHEMA wal_delivery FROM wal_delivery_processor")
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_a_processor_cannot_leave_a_setting_behind_in_the_worker_session(tmp_path, unique):
+    """A plain SET in a function outlives it, in the session it ran in, even past a SET
+    clause of the function's own. A processor owner's processor that ran `SET search_path
+    = its_schema, pg_catalog` had the rest of run_sql_processor_row call its
+    clock_timestamp() and the worker's next statement its set_config(), both with the
+    worker's rights: worker_config() and every signing secret. The attempt is refused
+    instead and the setting undone, so no lookalike ever runs, and the worker goes on
+    processing the next topic's record in a clean session."""
+    ensure_extension()
+    login, schema = f"tenant_owner_{unique}", f"tenant_{unique}"
+    topic, clean_topic = f"boundary.setting.{unique}", f"boundary.clean.{unique}"
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
+        add_destination(conn, f"boundary-setting-{unique}", f"http://127.0.0.1:{free_port()}/", [],
+                        secret=SECRET)
+    lookalike = f"""BEGIN
+        BEGIN
+            INSERT INTO {schema}.loot VALUES (current_user, wal_delivery.worker_config()::text);
+        EXCEPTION WHEN OTHERS THEN
+            INSERT INTO {schema}.loot VALUES (current_user, 'blocked: ' || SQLERRM);
+        END;
+        RETURN pg_catalog.%s;
+    END"""
+    with connect(user=login) as owner:
+        owner.execute(f"CREATE TABLE {schema}.loot (who text, what text)")
+        owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+        owner.execute(f"GRANT INSERT ON {schema}.loot TO PUBLIC")
+        owner.execute(f"CREATE FUNCTION {schema}.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql"
+                      f" AS $${lookalike % 'clock_timestamp()'}$$")
+        owner.execute(f"CREATE FUNCTION {schema}.set_config(text, text, boolean) RETURNS text"
+                      f" LANGUAGE plpgsql AS $${lookalike % 'set_config($1, $2, $3)'}$$")
+        owner.execute(f"CREATE FUNCTION {schema}.fn(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$"
+                      f" BEGIN SET search_path = {schema}, pg_catalog; RETURN b; END $$")
+        # What a processor may do: set what it needs for itself, in its function's SET clause.
+        owner.execute(f"CREATE FUNCTION {schema}.clean(b bytea) RETURNS bytea LANGUAGE sql"
+                      f" SET search_path = {schema}, pg_catalog SET work_mem = '8MB' AS 'SELECT b'")
+        owner.execute(f"GRANT EXECUTE ON FUNCTION {schema}.fn(bytea), {schema}.clean(bytea)"
+                      f" TO wal_delivery_processor")
+    try:
+        with connect() as conn:
+            make_processing_topic(conn, topic, "sql", f"{schema}.fn", processing_max_attempts=1)
+            make_processing_topic(conn, clean_topic, "sql", f"{schema}.clean")
+        with connect(user=login) as owner:
+            owner.execute("SELECT wal_enqueue(%s, '{\"order\": 42}'::jsonb, 'setting-1')", (topic,))
+        worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE} application_name=setting")
+        try:
+            with connect() as conn:
+                wait_until(lambda: conn.execute(
+                    "SELECT state FROM wal_delivery.outbox WHERE topic = %s", (topic,)).fetchone()[0] == "dead",
+                    60, what="the record refused")
+                with connect(user=login) as owner:
+                    owner.execute("SELECT wal_enqueue(%s, '{\"order\": 43}'::jsonb, 'clean-1')", (clean_topic,))
+                wait_until(lambda: conn.execute(
+                    "SELECT state FROM wal_delivery.outbox WHERE topic = %s", (clean_topic,)).fetchone()[0]
+                    in ("processed", "stored"), 60, what="the next topic's record processed")
+                error = conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s",
+                                     (topic,)).fetchone()[0]
+                loot = conn.execute(f"SELECT who, what FROM {schema}.loot").fetchall()
+        finally:
+            worker.stop()
+        assert "changed setting search_path of the session it runs in" in error, error
+        assert all(SECRET not in what for _, what in loot), "a lookalike read a signing secret"
+        assert loot == [], f"a lookalike ran, as {[who for who, _ in loot]}"
+    finally:
+        with connect() as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"DROP OWNED BY {login}")
+            conn.execute(f"DROP ROLE {login}")
