@@ -46,10 +46,26 @@ CREATE ROLE regress_proc_creates NOLOGIN CREATEROLE;
 GRANT regress_proc_creates TO wal_delivery_worker;
 CREATE ROLE regress_proc_files NOLOGIN IN ROLE pg_read_server_files;
 GRANT regress_proc_files TO wal_delivery_worker;
+CREATE ROLE regress_proc_reads_all NOLOGIN IN ROLE pg_read_all_data;
+GRANT regress_proc_reads_all TO wal_delivery_worker;
+CREATE ROLE regress_proc_oncall NOLOGIN IN ROLE wal_delivery_oncall;
+GRANT regress_proc_oncall TO wal_delivery_worker;
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_unreachable'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_creates'$$);
 SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_files'$$);
-DROP ROLE regress_proc_unreachable, regress_proc_creates, regress_proc_files;
+-- Nor a role that holds what processors must not reach: every table, or wal_delivery's
+-- rights.
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_reads_all'$$);
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'regress_proc_oncall'$$);
+DROP ROLE regress_proc_unreachable, regress_proc_creates, regress_proc_files, regress_proc_reads_all,
+          regress_proc_oncall;
+-- The worker's own role, set by an admin login: processors would run with the rights
+-- that read every signing secret (worker_config()).
+CREATE ROLE regress_proc_admin_login LOGIN IN ROLE wal_delivery_admin;
+SET ROLE regress_proc_admin_login;
+SELECT * FROM regress.try($$UPDATE wal_delivery.settings SET processing_role = 'wal_delivery_worker'$$);
+RESET ROLE;
+DROP ROLE regress_proc_admin_login;
 SELECT processing_role FROM wal_delivery.settings;
 
 -- processing_timeout is checked like the other settings.

@@ -2559,8 +2559,12 @@ END $$;
 
 -- Why role p_role cannot be the processing role, or NULL when it can: it must exist, must
 -- not be a superuser or able to make itself one (CREATEROLE, or a member of a predefined
--- role that reads or writes server files or runs programs), and the workers (members of
--- wal_delivery_worker) must be able to SET ROLE to it.
+-- role that reads or writes server files or runs programs), must not hold the rights of
+-- a role of wal_delivery's that reads secrets or changes delivery state (the worker's own,
+-- whose routines read every signing secret; the admin's, on-call's or ingest's) or of the
+-- predefined roles that read or write every table, and the workers (members of
+-- wal_delivery_worker) must be able to SET ROLE to it. Processors are their owners' code:
+-- they get exactly this role's rights.
 CREATE FUNCTION wal_delivery.processing_role_problem(p_role text) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -2580,6 +2584,15 @@ BEGIN
           OR pg_has_role(r.oid, 'pg_write_server_files', 'MEMBER')
           OR pg_has_role(r.oid, 'pg_read_server_files', 'MEMBER') THEN
         RETURN format('role "%s" may read or write server files or run server programs', p_role);
+    ELSIF pg_has_role(r.oid, 'pg_read_all_data', 'MEMBER') OR pg_has_role(r.oid, 'pg_write_all_data', 'MEMBER') THEN
+        RETURN format('role "%s" may read or write every table (the signing secrets too)', p_role);
+    ELSIF EXISTS (SELECT 1 FROM unnest(ARRAY['wal_delivery_worker', 'wal_delivery_admin', 'wal_delivery_oncall',
+                                             'wal_delivery_ingest']) w
+                   WHERE pg_has_role(r.oid, w, 'MEMBER')) THEN
+        RETURN format('role "%s" is, or has the rights of, %s, which processors must not have', p_role,
+                      (SELECT string_agg(w, ', ') FROM unnest(ARRAY['wal_delivery_worker', 'wal_delivery_admin',
+                                                                    'wal_delivery_oncall', 'wal_delivery_ingest']) w
+                        WHERE pg_has_role(r.oid, w, 'MEMBER')));
     ELSIF NOT pg_has_role('wal_delivery_worker', r.oid, 'MEMBER') THEN
         RETURN format('wal_delivery_worker is not a member of role "%s", so the workers cannot SET ROLE to it', p_role);
     END IF;
