@@ -50,10 +50,14 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Serializes the writes that name Kafka topics (topics, settings), so two transactions
--- cannot each add one half of a collision the other's check did not see yet.
+-- cannot each add one half of a collision the other's check did not see yet. The lock is
+-- the config version's row, which each such write updates at its end anyway, and which
+-- only wal_delivery's own routines may lock (the checks that call this run as the
+-- extension's owner). Not an advisory lock: any login may take any of those, and one that
+-- held it would stop every topic and settings change for as long as it liked.
 CREATE FUNCTION wal_delivery.lock_topic_names() RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_advisory_xact_lock(7135201473309218816)
+    SELECT FROM wal_delivery.config_version FOR UPDATE
 $$;
 
 -- Largest partitions of a topic. Kafka can add partitions but never remove them, so a typo
