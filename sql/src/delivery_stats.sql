@@ -26,7 +26,8 @@ CREATE TABLE wal_delivery.delivery_stats (
 -- destinations and minutes outside the retention are skipped. Returns the keys added.
 -- SECURITY DEFINER and granted to wal_delivery_worker only: a worker may add counts,
 -- not read or change anything else. Keys are upserted in one order, so two workers'
--- flushes never deadlock; one flush at a time deletes old minutes, the others skip it.
+-- flushes never deadlock; one flush at a time deletes old minutes, the others skip it
+-- (as does a flush while an admin's transaction has changed the settings).
 CREATE FUNCTION wal_delivery.add_delivery_stats(p_stats jsonb) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -62,7 +63,9 @@ BEGIN
            failed = s.failed + EXCLUDED.failed,
            dead_lettered = s.dead_lettered + EXCLUDED.dead_lettered;
     GET DIAGNOSTICS n = ROW_COUNT;
-    IF pg_try_advisory_xact_lock('wal_delivery.delivery_stats'::regclass::oid::bigint) THEN
+    -- The settings row as the lock: only wal_delivery's routines and the admin may lock it,
+    -- where an advisory lock is any login's to take and hold.
+    IF EXISTS (SELECT FROM wal_delivery.settings FOR NO KEY UPDATE SKIP LOCKED) THEN
         DELETE FROM wal_delivery.delivery_stats WHERE minute < now() - keep;
     END IF;
     RETURN n;
