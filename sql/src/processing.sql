@@ -471,6 +471,9 @@ BEGIN
     SELECT format('SELECT %I.%I($1)', n.nspname, p.proname) INTO call
       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn;
     EXECUTE call INTO result USING p_payload;
+    -- Deferred triggers the processor queued would fire at the worker's COMMIT, as the
+    -- worker: they fire now, as the processing role.
+    SET CONSTRAINTS ALL IMMEDIATE;
     RETURN result;
 END $$;
 
@@ -581,6 +584,7 @@ DECLARE
     result bytea;
     err text;
     changed text;
+    held_cursor text;
     discarding boolean := false;
     late boolean := false;
 BEGIN
@@ -610,6 +614,11 @@ BEGIN
                 IF changed IS NOT NULL THEN
                     RAISE EXCEPTION 'discarded';
                 END IF;
+                -- A cursor WITH HOLD runs to its end at the worker's COMMIT, as the worker.
+                SELECT c.name INTO held_cursor FROM pg_catalog.pg_cursors c WHERE c.is_holdable LIMIT 1;
+                IF held_cursor IS NOT NULL THEN
+                    RAISE EXCEPTION 'discarded';
+                END IF;
             EXCEPTION WHEN undefined_function THEN
                 IF SQLERRM NOT LIKE 'processor function %' THEN
                     RAISE;  -- the processor's own error
@@ -637,6 +646,10 @@ BEGIN
                                   'refused, and undone with its writes; a processor may set what it needs for '
                                   'itself only, with a SET clause on its function (CREATE FUNCTION ... SET %s = ...)',
                                   held.processor, changed, changed);
+                ELSIF held_cursor IS NOT NULL THEN
+                    err := format('processor %s left cursor %s WITH HOLD open in the session it runs in (the worker''s), '
+                                  'where it would run at COMMIT with the worker''s rights: refused, and undone with its writes',
+                                  held.processor, quote_ident(held_cursor));
                 ELSIF NOT discarding THEN
                     err := format('processor %s raised %s: %s', held.processor, SQLSTATE, SQLERRM);
                 END IF;

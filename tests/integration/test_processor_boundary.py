@@ -220,3 +220,71 @@ def test_a_processor_cannot_leave_a_setting_behind_in_the_worker_session(tmp_pat
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
             conn.execute(f"DROP OWNED BY {login}")
             conn.execute(f"DROP ROLE {login}")
+
+
+def test_nothing_a_processor_queues_runs_at_the_worker_commit(tmp_path, unique):
+    """What a processor leaves for the end of the worker's transaction would run there as
+    the worker: a deferred constraint trigger on a table of its owner's, and a cursor
+    WITH HOLD (materialized at COMMIT). The trigger fires before the processor returns,
+    as the processing role; the cursor fails the attempt, undone."""
+    ensure_extension()
+    login, schema = f"tenant_owner_{unique}", f"tenant_{unique}"
+    trigger_topic, cursor_topic = f"boundary.trigger.{unique}", f"boundary.cursor.{unique}"
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
+        add_destination(conn, f"boundary-commit-{unique}", f"http://127.0.0.1:{free_port()}/", [],
+                        secret=SECRET)
+    steal = f"""BEGIN
+            INSERT INTO {schema}.loot VALUES (%s, current_user, wal_delivery.worker_config()::text);
+        EXCEPTION WHEN OTHERS THEN
+            INSERT INTO {schema}.loot VALUES (%s, current_user, 'blocked: ' || SQLERRM);
+        END;"""
+    with connect(user=login) as owner:
+        owner.execute(f"CREATE TABLE {schema}.loot (how text, who text, what text)")
+        owner.execute(f"CREATE TABLE {schema}.seen (x int)")
+        owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+        owner.execute(f"GRANT INSERT ON {schema}.loot, {schema}.seen TO PUBLIC")
+        owner.execute(f"CREATE FUNCTION {schema}.at_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
+                      f" BEGIN {steal % (repr('trigger'), repr('trigger'))} RETURN NULL; END $$")
+        owner.execute(f"CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON {schema}.seen"
+                      f" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {schema}.at_commit()")
+        owner.execute(f"CREATE FUNCTION {schema}.in_cursor() RETURNS int LANGUAGE plpgsql AS $$"
+                      f" BEGIN {steal % (repr('cursor'), repr('cursor'))} RETURN 1; END $$")
+        owner.execute(f"CREATE FUNCTION {schema}.queues_trigger(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$"
+                      f" BEGIN INSERT INTO {schema}.seen VALUES (1); RETURN b; END $$")
+        owner.execute(f"CREATE FUNCTION {schema}.holds_cursor(b bytea) RETURNS bytea LANGUAGE plpgsql AS $$"
+                      f" BEGIN EXECUTE 'DECLARE loot_cursor CURSOR WITH HOLD FOR SELECT {schema}.in_cursor()';"
+                      f" RETURN b; END $$")
+        owner.execute(f"GRANT EXECUTE ON FUNCTION {schema}.queues_trigger(bytea), {schema}.holds_cursor(bytea)"
+                      f" TO wal_delivery_processor")
+    try:
+        with connect() as conn:
+            make_processing_topic(conn, trigger_topic, "sql", f"{schema}.queues_trigger")
+            make_processing_topic(conn, cursor_topic, "sql", f"{schema}.holds_cursor", processing_max_attempts=1)
+        with connect(user=login) as owner:
+            owner.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'trigger-1')", (trigger_topic,))
+            owner.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'cursor-1')", (cursor_topic,))
+        worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE} application_name=commit")
+        try:
+            with connect() as conn:
+                def state(topic):
+                    return conn.execute("SELECT state FROM wal_delivery.outbox WHERE topic = %s",
+                                        (topic,)).fetchone()[0]
+                wait_until(lambda: state(trigger_topic) in ("processed", "stored"), 60,
+                           what="the trigger's record processed")
+                wait_until(lambda: state(cursor_topic) == "dead", 60, what="the cursor's record refused")
+                error = conn.execute("SELECT last_error FROM wal_delivery.dead_letters WHERE topic = %s",
+                                     (cursor_topic,)).fetchone()[0]
+                loot = conn.execute(f"SELECT how, who, what FROM {schema}.loot ORDER BY how").fetchall()
+        finally:
+            worker.stop()
+        assert "left cursor loot_cursor WITH HOLD open" in error, error
+        assert all(SECRET not in what for _, _, what in loot), "code queued for COMMIT read a signing secret"
+        assert [(how, who) for how, who, _ in loot] == [("trigger", "wal_delivery_processor")], loot
+    finally:
+        with connect() as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"DROP OWNED BY {login}")
+            conn.execute(f"DROP ROLE {login}")
