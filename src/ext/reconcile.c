@@ -288,7 +288,7 @@ wal_delivery_reconcile_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
+	worker_connect();
 	round_ctx = AllocSetContextCreate(TopMemoryContext, "wal_delivery reconcile round",
 									  ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG,

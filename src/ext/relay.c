@@ -337,7 +337,7 @@ wal_delivery_relay_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
+	worker_connect();
 	relay_wakeup_register_latch(slot, MyLatch);
 	set_planner_options();
 	configure_spans();

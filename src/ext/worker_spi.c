@@ -8,10 +8,21 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "utils/array.h"
+#include "utils/guc.h"
 #include "utils/snapmgr.h"
 
+#include "settings.h"
 #include "worker_spi.h"
+
+void
+worker_connect(void)
+{
+	BackgroundWorkerInitializeConnection(wal_delivery_database, NULL, 0);
+	/* Over the database's and the role's settings, as a SECURITY DEFINER's SET clause is. */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+}
 
 void
 worker_xact_begin(const char *activity)

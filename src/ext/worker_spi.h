@@ -9,6 +9,14 @@
 #include "executor/spi.h"
 
 /*
+ * Connects the background worker to wal_delivery.database with search_path pinned to
+ * pg_catalog, pg_temp: the workers run as a superuser, and the database's owner, who
+ * need not be one, may set the database's search_path (ALTER DATABASE ... SET) to a
+ * schema whose functions would then run for every unqualified name the workers use.
+ */
+void worker_connect(void);
+
+/*
  * A short transaction with SPI connected and a snapshot pushed; activity is what
  * pg_stat_activity shows meanwhile. worker_xact_end commits it and shows idle.
  */

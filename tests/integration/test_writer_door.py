@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from conftest import ROOT, Destination, connect
 from consumer_helpers import Worker, add_destination, wait_published
-from relay_helpers import ensure_extension, make_topic, wait_all_stored
+from relay_helpers import ensure_extension, make_topic, relay_pids, wait_all_stored, wait_new_relay
 
 DOOR = {
     "wal_enqueue(text,jsonb,text,text,jsonb)",
@@ -261,3 +261,60 @@ def test_a_writers_search_path_cannot_change_what_the_door_runs(writers, unique)
             admin.execute("SET wal_delivery.force_delete = on")
             admin.execute("DELETE FROM wal_delivery.topics WHERE name IN (%s, %s)", (log_topic, proc_topic))
             admin.execute(f"DROP SCHEMA {evil}, {procs} CASCADE")
+
+
+def test_a_writer_that_owns_the_database_cannot_run_code_in_the_relay(unique):
+    """Applications often own their database. Its owner, no superuser, may set the
+    database's search_path (ALTER DATABASE ... SET), which every new session takes,
+    background workers too: the relay, a superuser, would then call the owner's
+    pg_current_snapshot() and pg_visible_in_snapshot() for its unqualified names. The
+    background workers pin search_path, so a record still ships and no lookalike runs."""
+    ensure_extension()
+    login, schema = f"db_owner_{unique}", f"db_owner_{unique}"
+    topic = f"owner.{unique}"
+    lookalikes = {
+        "pg_current_snapshot()": "pg_snapshot",
+        "pg_visible_in_snapshot(x xid8, s pg_snapshot)": "boolean",
+        "pg_snapshot_xmax(s pg_snapshot)": "xid8",
+    }
+    with connect() as conn:
+        database, old_owner = conn.execute(
+            "SELECT datname, datdba::regrole::text FROM pg_database WHERE datname = current_database()").fetchone()
+        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
+        conn.execute(f'ALTER DATABASE "{database}" OWNER TO {login}')
+        make_topic(conn, topic)
+        old_relays = relay_pids(conn)
+    try:
+        with connect(user=login) as owner:
+            owner.execute(f"CREATE TABLE {schema}.ran (fn text, who text, super text)")
+            owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+            owner.execute(f"GRANT INSERT ON {schema}.ran TO PUBLIC")
+            for signature, returns in lookalikes.items():
+                name, args = signature.split("(", 1)
+                passed = ", ".join(a.split()[0] for a in args.rstrip(")").split(", ") if a)
+                owner.execute(f"CREATE FUNCTION {schema}.{signature} RETURNS {returns} LANGUAGE plpgsql AS $$"
+                              f" BEGIN INSERT INTO {schema}.ran VALUES ('{name}', current_user,"
+                              f" current_setting('is_superuser'));"
+                              f" RETURN pg_catalog.{name}({passed}); END $$")
+            owner.execute(f'ALTER DATABASE "{database}" SET search_path = {schema}, pg_catalog')
+        with connect() as conn:
+            # New relays, which take the database's settings when they connect.
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE backend_type LIKE 'wal_delivery%'")
+        wait_new_relay(old_relays)
+        with connect(user=login) as owner:
+            owner.execute("SELECT pg_catalog.wal_enqueue(%s, '{}'::jsonb, 'owner-1')", (topic,))
+        with connect() as conn:
+            wait_all_stored(conn, topic, 1)
+            ran = conn.execute(f"SELECT fn, who, super FROM {schema}.ran").fetchall()
+        assert ran == [], f"the database owner's lookalikes ran: {ran[:5]}"
+    finally:
+        with connect() as conn:
+            conn.execute(f'ALTER DATABASE "{database}" RESET search_path')
+            conn.execute(f'ALTER DATABASE "{database}" OWNER TO {old_owner}')
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"DROP OWNED BY {login}")
+            conn.execute(f"DROP ROLE {login}")
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE backend_type LIKE 'wal_delivery%'")
