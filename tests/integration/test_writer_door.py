@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from conftest import ROOT, Destination, connect
 from consumer_helpers import Worker, add_destination, wait_published
-from relay_helpers import ensure_extension, make_topic, relay_pids, wait_all_stored, wait_new_relay
+from process_helpers import WORKER_ROLE, ensure_worker_role, make_processing_topic
+from relay_helpers import ensure_extension, make_topic, relay_pids, wait_all_stored, wait_new_relay, wait_until
 
 DOOR = {
     "wal_enqueue(text,jsonb,text,text,jsonb)",
@@ -263,58 +264,100 @@ def test_a_writers_search_path_cannot_change_what_the_door_runs(writers, unique)
             admin.execute(f"DROP SCHEMA {evil}, {procs} CASCADE")
 
 
-def test_a_writer_that_owns_the_database_cannot_run_code_in_the_relay(unique):
-    """Applications often own their database. Its owner, no superuser, may set the
-    database's search_path (ALTER DATABASE ... SET), which every new session takes,
-    background workers too: the relay, a superuser, would then call the owner's
-    pg_current_snapshot() and pg_visible_in_snapshot() for its unqualified names. The
-    background workers pin search_path, so a record still ships and no lookalike runs."""
+
+@pytest.fixture
+def database_owner(unique):
+    """A writer login that owns the test database and a schema, with a table `ran` any
+    role may write: its lookalike functions record there who ran them. The database's
+    owner and search_path are put back after the test, and the background workers
+    restarted so they take them."""
     ensure_extension()
-    login, schema = f"db_owner_{unique}", f"db_owner_{unique}"
-    topic = f"owner.{unique}"
-    lookalikes = {
-        "pg_current_snapshot()": "pg_snapshot",
-        "pg_visible_in_snapshot(x xid8, s pg_snapshot)": "boolean",
-        "pg_snapshot_xmax(s pg_snapshot)": "xid8",
-    }
+    login = schema = f"db_owner_{unique}"
     with connect() as conn:
         database, old_owner = conn.execute(
             "SELECT datname, datdba::regrole::text FROM pg_database WHERE datname = current_database()").fetchone()
         conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
         conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
         conn.execute(f'ALTER DATABASE "{database}" OWNER TO {login}')
+    with connect(user=login) as owner:
+        owner.execute(f"CREATE TABLE {schema}.ran (fn text, who text, super text)")
+        owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
+        owner.execute(f"GRANT INSERT ON {schema}.ran TO PUBLIC")
+
+    def lookalike(signature, returns):
+        name, args = signature.split("(", 1)
+        passed = ", ".join(a.split()[0] for a in args.rstrip(")").split(", ") if a)
+        with connect(user=login) as owner:
+            owner.execute(f"CREATE FUNCTION {schema}.{signature} RETURNS {returns} LANGUAGE plpgsql AS $$"
+                          f" BEGIN INSERT INTO {schema}.ran VALUES ('{name}', current_user,"
+                          f" current_setting('is_superuser')); RETURN pg_catalog.{name}({passed}); END $$")
+
+    def set_search_path():
+        with connect(user=login) as owner:
+            owner.execute(f'ALTER DATABASE "{database}" SET search_path = {schema}, pg_catalog')
+
+    def ran():
+        with connect() as conn:
+            return conn.execute(f"SELECT fn, who, super FROM {schema}.ran").fetchall()
+    yield login, schema, lookalike, set_search_path, ran
+    with connect() as conn:
+        conn.execute(f'ALTER DATABASE "{database}" RESET search_path')
+        conn.execute(f'ALTER DATABASE "{database}" OWNER TO {old_owner}')
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.execute(f"DROP OWNED BY {login}")
+        conn.execute(f"DROP ROLE {login}")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'wal_delivery%'")
+
+
+def test_a_writer_that_owns_the_database_cannot_run_code_in_the_relay(database_owner, unique):
+    """Applications often own their database. Its owner, no superuser, may set the
+    database's search_path (ALTER DATABASE ... SET), which every new session takes,
+    background workers too: the relay, a superuser, would then call the owner's
+    pg_current_snapshot() and pg_visible_in_snapshot() for its unqualified names. The
+    background workers pin search_path, so a record still ships and no lookalike runs."""
+    login, _, lookalike, set_search_path, ran = database_owner
+    topic = f"owner.{unique}"
+    lookalike("pg_current_snapshot()", "pg_snapshot")
+    lookalike("pg_visible_in_snapshot(x xid8, s pg_snapshot)", "boolean")
+    lookalike("pg_snapshot_xmax(s pg_snapshot)", "xid8")
+    with connect() as conn:
         make_topic(conn, topic)
         old_relays = relay_pids(conn)
+    set_search_path()
+    with connect() as conn:
+        # New relays, which take the database's settings when they connect.
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'wal_delivery%'")
+    wait_new_relay(old_relays)
+    with connect(user=login) as owner:
+        owner.execute("SELECT pg_catalog.wal_enqueue(%s, '{}'::jsonb, 'owner-1')", (topic,))
+    with connect() as conn:
+        wait_all_stored(conn, topic, 1)
+    assert ran() == [], f"the database owner's lookalikes ran: {ran()[:5]}"
+
+
+def test_a_writer_that_owns_the_database_cannot_run_code_in_a_worker(tmp_path, database_owner, unique):
+    """The same database search_path in `wal-worker process`'s session would have its
+    statement_timeout set through the owner's set_config(), with the worker's rights
+    (worker_config(), every signing secret). The workers pin search_path in the options
+    of every connection, which outrank the database's settings."""
+    login, schema, lookalike, set_search_path, ran = database_owner
+    topic = f"owner.process.{unique}"
+    lookalike("set_config(n text, v text, l boolean)", "text")
+    with connect(user=login) as owner:
+        owner.execute(f"CREATE FUNCTION {schema}.same(b bytea) RETURNS bytea LANGUAGE sql AS 'SELECT b'")
+        owner.execute(f"GRANT EXECUTE ON FUNCTION {schema}.same(bytea) TO wal_delivery_processor")
+    with connect() as conn:
+        ensure_worker_role(conn)
+        make_processing_topic(conn, topic, "sql", f"{schema}.same")
+    set_search_path()
+    with connect(user=login) as owner:
+        owner.execute("SELECT pg_catalog.wal_enqueue(%s, '{}'::jsonb, 'owner-2')", (topic,))
+    worker = Worker(tmp_path, "process", conninfo=f"user={WORKER_ROLE} application_name=owner")
     try:
-        with connect(user=login) as owner:
-            owner.execute(f"CREATE TABLE {schema}.ran (fn text, who text, super text)")
-            owner.execute(f"GRANT USAGE ON SCHEMA {schema} TO PUBLIC")
-            owner.execute(f"GRANT INSERT ON {schema}.ran TO PUBLIC")
-            for signature, returns in lookalikes.items():
-                name, args = signature.split("(", 1)
-                passed = ", ".join(a.split()[0] for a in args.rstrip(")").split(", ") if a)
-                owner.execute(f"CREATE FUNCTION {schema}.{signature} RETURNS {returns} LANGUAGE plpgsql AS $$"
-                              f" BEGIN INSERT INTO {schema}.ran VALUES ('{name}', current_user,"
-                              f" current_setting('is_superuser'));"
-                              f" RETURN pg_catalog.{name}({passed}); END $$")
-            owner.execute(f'ALTER DATABASE "{database}" SET search_path = {schema}, pg_catalog')
         with connect() as conn:
-            # New relays, which take the database's settings when they connect.
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE backend_type LIKE 'wal_delivery%'")
-        wait_new_relay(old_relays)
-        with connect(user=login) as owner:
-            owner.execute("SELECT pg_catalog.wal_enqueue(%s, '{}'::jsonb, 'owner-1')", (topic,))
-        with connect() as conn:
-            wait_all_stored(conn, topic, 1)
-            ran = conn.execute(f"SELECT fn, who, super FROM {schema}.ran").fetchall()
-        assert ran == [], f"the database owner's lookalikes ran: {ran[:5]}"
+            wait_until(lambda: conn.execute("SELECT state FROM wal_delivery.outbox WHERE topic = %s",
+                                            (topic,)).fetchone()[0] in ("processed", "stored"),
+                       60, what="the record processed")
     finally:
-        with connect() as conn:
-            conn.execute(f'ALTER DATABASE "{database}" RESET search_path')
-            conn.execute(f'ALTER DATABASE "{database}" OWNER TO {old_owner}')
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.execute(f"DROP OWNED BY {login}")
-            conn.execute(f"DROP ROLE {login}")
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE backend_type LIKE 'wal_delivery%'")
+        worker.stop()
+    assert ran() == [], f"the database owner's lookalikes ran: {ran()[:5]}"

@@ -6,22 +6,47 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "log.h"
+
+char *
+db_pinned_options(const char *conninfo)
+{
+	static const char pin[] = "-c search_path=pg_catalog,pg_temp";
+	PQconninfoOption *parsed = conninfo && *conninfo ? PQconninfoParse(conninfo, NULL) : NULL;
+	const char *given = getenv("PGOPTIONS");
+	char *options;
+
+	for (PQconninfoOption *o = parsed; o && o->keyword; o++)
+		if (strcmp(o->keyword, "options") == 0 && o->val)
+			given = o->val;
+	options = malloc((given ? strlen(given) : 0) + sizeof(pin) + 1);
+	if (options != NULL)
+		sprintf(options, "%s%s%s", given ? given : "", given ? " " : "", pin);
+	PQconninfoFree(parsed);
+	return options;
+}
 
 /* Opens a connection the worker's way; start: PQconnectStartParams, else PQconnectdbParams. */
 static PGconn *
 open_connection(const char *conninfo, const char *role, bool start)
 {
 	char application_name[64];
-	/* Defaults first: settings in the expanded conninfo that follows override them. */
-	const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
-	const char *values[] = {"5", application_name, conninfo ? conninfo : "", NULL};
+	char *options = db_pinned_options(conninfo);
+	/* Defaults first: settings in the expanded conninfo that follows override them, but
+	 * options, which come last (they hold the conninfo's own). */
+	const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", "options",
+						  NULL};
+	const char *values[] = {"5", application_name, conninfo ? conninfo : "", options, NULL};
+	PGconn *conn;
 
 	snprintf(application_name, sizeof(application_name), "wal-worker %s", role);
-	return start ? PQconnectStartParams(keys, values, 1) : PQconnectdbParams(keys, values, 1);
+	conn = start ? PQconnectStartParams(keys, values, 1) : PQconnectdbParams(keys, values, 1);
+	free(options);
+	return conn;
 }
 
 PGconn *

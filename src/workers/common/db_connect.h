@@ -13,6 +13,17 @@
 
 #include <libpq-fe.h>
 
+/*
+ * The libpq "options" of a worker's session, malloc'd (NULL when out of memory): the
+ * conninfo's own (or PGOPTIONS'), then search_path pinned to pg_catalog, pg_temp. A
+ * client's option outranks the database's and the role's settings, and a database's
+ * owner, who need not be a superuser, may ALTER DATABASE ... SET search_path to a schema
+ * of its own: the workers' statements name pg_catalog's functions unqualified
+ * (set_config, json_build_object, ...), which would then run its lookalikes with the
+ * rights of the worker, or of the person signed in to the console.
+ */
+char *db_pinned_options(const char *conninfo);
+
 /* Like PQconnectdb: never NULL; check PQstatus. */
 PGconn *db_connect(const char *conninfo, const char *role);
 

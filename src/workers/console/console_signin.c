@@ -5,9 +5,11 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/db_connect.h"
 #include "common/log.h"
 #include "common/metrics.h"
 
@@ -104,15 +106,13 @@ void
 console_signin(const char *client, const char *user, char *password, console_signin_result *out)
 {
 	char by_address[160], by_role[160];
-	const char *keys[] = {"connect_timeout",
-						  "fallback_application_name",
-						  "dbname",
-						  "user",
-						  "password",
-						  "passfile",
-						  NULL};
+	char *options;
+	const char *keys[] = {"connect_timeout", "fallback_application_name",
+						  "dbname",          "user",
+						  "password",        "passfile",
+						  "options",         NULL};
 	const char *values[] = {"5",      "wal-worker console", base_conninfo, user,
-							password, "/dev/null",          NULL};
+							password, "/dev/null",          NULL,          NULL};
 	int64_t now = now_ms();
 	int wait_s;
 	PGconn *conn;
@@ -136,7 +136,10 @@ console_signin(const char *client, const char *user, char *password, console_sig
 		return;
 	}
 
+	options = db_pinned_options(base_conninfo);
+	values[6] = options;
 	conn = PQconnectdbParams(keys, values, 1);
+	free(options);
 	/* The password went into libpq's copy; the connection, not the password, is kept. */
 	explicit_bzero(password, strlen(password));
 	if (PQstatus(conn) != CONNECTION_OK || !PQconnectionUsedPassword(conn))
