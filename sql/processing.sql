@@ -228,6 +228,34 @@ SELECT r.outcome, replace(r.detail, :'regress_superuser', '<superuser>') AS deta
   FROM wal_delivery.claim_for_processor(1, 'sql') c, wal_delivery.run_sql_processor_row(c.id, c.lease_token) r;
 RESET SESSION AUTHORIZATION;
 
+-- A processor may not leave a setting (SET, SET LOCAL) or a cursor WITH HOLD behind in
+-- the worker's session, where they would act with the worker's rights once it returns:
+-- the attempt fails and is undone. A SET clause on its own function is its own.
+CREATE FUNCTION regress.proc_sets_path(p bytea) RETURNS bytea LANGUAGE plpgsql AS
+$$ BEGIN SET search_path = regress, pg_catalog; RETURN p; END $$;
+CREATE FUNCTION regress.proc_sets_local(p bytea) RETURNS bytea LANGUAGE plpgsql AS
+$$ BEGIN PERFORM set_config('statement_timeout', '1', true); RETURN p; END $$;
+CREATE FUNCTION regress.proc_holds_cursor(p bytea) RETURNS bytea LANGUAGE plpgsql AS
+$$ BEGIN EXECUTE 'DECLARE held CURSOR WITH HOLD FOR SELECT 1'; RETURN p; END $$;
+CREATE FUNCTION regress.proc_own_setting(p bytea) RETURNS bytea LANGUAGE sql
+SET search_path = regress, pg_catalog SET work_mem = '8MB' AS 'SELECT p';
+UPDATE wal_delivery.outbox_rows SET available_at = 'infinity' WHERE state = 'pending';
+INSERT INTO wal_delivery.topics (name, replication_factor, min_insync_replicas, processor_kind, processor,
+                                 processing_max_attempts)
+VALUES ('pr.set_path', 1, 1, 'sql', 'regress.proc_sets_path', 1),
+       ('pr.set_local', 1, 1, 'sql', 'regress.proc_sets_local', 1),
+       ('pr.set_cursor', 1, 1, 'sql', 'regress.proc_holds_cursor', 1),
+       ('pr.set_own', 1, 1, 'sql', 'regress.proc_own_setting', 1);
+SELECT count(wal_enqueue(t, '{"k": 8}'::jsonb, 'eight')) AS enqueued
+  FROM unnest(ARRAY['pr.set_path', 'pr.set_local', 'pr.set_cursor', 'pr.set_own']) t;
+\c - regress_proc_worker
+SELECT c.topic, r.outcome, r.detail
+  FROM wal_delivery.claim_for_processor(10, 'sql') c, wal_delivery.run_sql_processor_row(c.id, c.lease_token) r
+ ORDER BY c.topic;
+SELECT current_setting('search_path') AS search_path, current_setting('statement_timeout') AS statement_timeout,
+       (SELECT count(*) FROM pg_cursors) AS cursors;
+\c - :regress_superuser
+
 SET wal_delivery.force_delete = on;
 DELETE FROM wal_delivery.topics WHERE name LIKE 'pr.%';
 DROP TABLE regress.proc_log;
