@@ -5,6 +5,7 @@ record, a body announced over the limit with Expect: 100-continue, and more idle
 connections than systemd's default open-file limit. Each gets a clear JSON answer, and what is stored is exactly what was sent and accepted.
 Real Postgres, real Kafka, the real worker on raw sockets."""
 import json
+import os
 import resource
 import socket
 import time
@@ -359,6 +360,10 @@ def test_a_method_a_path_does_not_take_is_405_with_allow(ingest, method):
 
 BATCH_MAX = 16 * 1024 * 1024
 BODIES_MAX = 256 * 1024 * 1024
+# The sanitized stage (tests/run) runs this file against wal-worker built with ASan, whose
+# allocator keeps freed memory in quarantine and pads every allocation: its resident set is
+# not the worker's. The memory bound is checked in the plain build's run of the same test.
+SANITIZED = "/sanitize/" in os.environ.get("WAL_WORKER_BIN", "")
 
 
 def peak_rss_bytes(pid):
@@ -386,7 +391,8 @@ def test_slow_uploads_over_the_bodies_limit_get_503_and_memory_stays_bounded(ing
             s.sendall(head + body)
             uploads.append(s)
         time.sleep(1)
-        assert peak_rss_bytes(ingest.proc.pid) < 2 * BODIES_MAX
+        if not SANITIZED:
+            assert peak_rss_bytes(ingest.proc.pid) < 2 * BODIES_MAX
         answers = []
         for s in uploads:
             s.sendall(b"x")  # the last byte: the request is complete, and answered
