@@ -8,6 +8,8 @@ import threading
 import time
 import uuid
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
 from conftest import connect
 from consumer_helpers import Worker, free_port, wait_published
 from relay_helpers import ensure_extension, make_topic, wait_until
@@ -162,3 +164,26 @@ def running_ingest(tmp_path, kafka_bootstrap, **kw):
         yield worker
     finally:
         worker.stop()
+
+
+def kafka_records(bootstrap, topic):
+    """How many messages topic has had (its high watermark), None while it does not exist."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ingest-" + uuid.uuid4().hex})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def outbox_rows(topic):
+    """How many rows of topic the outbox holds."""
+    with connect() as conn:
+        return conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s",
+                            (topic,)).fetchone()[0]
+
+
+def stored_records(ingest, topic):
+    """What topic holds: (messages in Kafka, rows in the outbox)."""
+    return kafka_records(ingest.bootstrap, topic), outbox_rows(topic)

@@ -18,11 +18,11 @@ import uuid
 from collections import namedtuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from conftest import connect
 from consumer_helpers import wait_published
-from ingest_helpers import Ingest, new_token, post, send_record, setup_ingest
+from ingest_helpers import (Ingest, kafka_records, new_token, post, send_record, setup_ingest,
+                            stored_records)
 from relay_helpers import make_topic, wait_until
 from test_ingest_haproxy import haproxy  # noqa: F401 (a fixture)
 
@@ -57,23 +57,9 @@ def ingest(tmp_path_factory, kafka_bootstrap):
             worker.stop()
 
 
-def kafka_records(bootstrap, topic):
-    """How many messages topic has had (its high watermark), None while it does not exist."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "framing-" + uuid.uuid4().hex})
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
-
-
 def stored(ingest):
     """What the refused requests' topic holds: (messages in Kafka, rows in the outbox)."""
-    with connect() as conn:
-        rows = conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s",
-                            (ingest.refused,)).fetchone()[0]
-    return kafka_records(ingest.bootstrap, ingest.refused), rows
+    return stored_records(ingest, ingest.refused)
 
 
 def record_request(ingest, *lines, body=b"{}", path=None, length=True, auth=None, topic=None):

@@ -12,11 +12,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from conftest import connect
 from consumer_helpers import PEER_TOKEN
-from ingest_helpers import Ingest, new_token, running_ingest, send_record, topics_with_token
+from ingest_helpers import Ingest, new_token, running_ingest, send_record, topics_with_token, kafka_records, outbox_rows
 from relay_helpers import read_topic, wait_until
 
 
@@ -68,23 +67,9 @@ def exchange(port, data, timeout=30):
     return int(lines[0].split()[1]), headers, body
 
 
-def kafka_count(bootstrap, topic):
-    """How many messages the topic has had (its high watermark)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hostile-" + uuid.uuid4().hex})
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
-
-
 def stored(ingest):
     """(messages in the plain topic, rows of the processing topic in the outbox)."""
-    with connect() as conn:
-        rows = conn.execute("SELECT count(*) FROM wal_delivery.outbox WHERE topic = %s",
-                            (ingest.processed,)).fetchone()[0]
-    return kafka_count(ingest.bootstrap, ingest.plain), rows
+    return kafka_records(ingest.bootstrap, ingest.plain), outbox_rows(ingest.processed)
 
 
 # ---------------------------------------------------------------- batch values as sent

@@ -150,6 +150,16 @@ def test_a_processor_that_alters_its_wrapper_stops_processing_instead_of_escapin
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+def tenant_owner_with_schema(login, schema, destination):
+    """A processor owner: a writer login owning its own schema; and a destination with a
+    secret, so worker_config() has one to steal."""
+    with connect() as conn:
+        ensure_worker_role(conn)
+        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
+        add_destination(conn, destination, f"http://127.0.0.1:{free_port()}/", [], secret=SECRET)
+
+
 def test_a_processor_cannot_leave_a_setting_behind_in_the_worker_session(tmp_path, unique):
     """A plain SET in a function outlives it, in the session it ran in, even past a SET
     clause of the function's own. A processor owner's processor that ran `SET search_path
@@ -161,12 +171,7 @@ def test_a_processor_cannot_leave_a_setting_behind_in_the_worker_session(tmp_pat
     ensure_extension()
     login, schema = f"tenant_owner_{unique}", f"tenant_{unique}"
     topic, clean_topic = f"boundary.setting.{unique}", f"boundary.clean.{unique}"
-    with connect() as conn:
-        ensure_worker_role(conn)
-        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
-        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
-        add_destination(conn, f"boundary-setting-{unique}", f"http://127.0.0.1:{free_port()}/", [],
-                        secret=SECRET)
+    tenant_owner_with_schema(login, schema, f"boundary-setting-{unique}")
     lookalike = f"""BEGIN
         BEGIN
             INSERT INTO {schema}.loot VALUES (current_user, wal_delivery.worker_config()::text);
@@ -230,12 +235,7 @@ def test_nothing_a_processor_queues_runs_at_the_worker_commit(tmp_path, unique):
     ensure_extension()
     login, schema = f"tenant_owner_{unique}", f"tenant_{unique}"
     trigger_topic, cursor_topic = f"boundary.trigger.{unique}", f"boundary.cursor.{unique}"
-    with connect() as conn:
-        ensure_worker_role(conn)
-        conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE wal_delivery_writer")
-        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {login}")
-        add_destination(conn, f"boundary-commit-{unique}", f"http://127.0.0.1:{free_port()}/", [],
-                        secret=SECRET)
+    tenant_owner_with_schema(login, schema, f"boundary-commit-{unique}")
     steal = f"""BEGIN
             INSERT INTO {schema}.loot VALUES (%s, current_user, wal_delivery.worker_config()::text);
         EXCEPTION WHEN OTHERS THEN
