@@ -9,7 +9,6 @@
  */
 #include "postgres.h"
 
-#include "commands/extension.h"
 #include "postmaster/interrupt.h"
 
 #include "maintenance.h"
@@ -40,8 +39,7 @@ run_task_once(const MaintenanceTask *task)
 
 	snprintf(activity, sizeof(activity), "wal_delivery maintenance for %s: %s", task->owner,
 			 task->sql);
-	worker_xact_begin(activity);
-	if (OidIsValid(get_extension_oid("wal_delivery", true)))
+	if (worker_xact_begin_in_extension(activity))
 	{
 		bool isnull;
 

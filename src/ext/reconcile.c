@@ -16,9 +16,7 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -31,7 +29,6 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "reconcile.h"
@@ -59,13 +56,7 @@ read_desired_topics(int *count, int64 *version, bool *due)
 
 	*count = 0;
 	*due = false;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "wal_delivery reconciler: reading config");
-
-	if (OidIsValid(get_extension_oid("wal_delivery", true)) &&
+	if (worker_xact_begin_in_extension("wal_delivery reconciler: reading config") &&
 		SPI_execute("SELECT version, published_version FROM wal_delivery.config_version", true,
 					1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
@@ -114,10 +105,7 @@ read_desired_topics(int *count, int64 *version, bool *due)
 	else
 		*version = -1;
 
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
+	worker_xact_end();
 	return topics;
 }
 
@@ -165,12 +153,7 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 	values[0] = Int64GetDatum(version);
 	values[1] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "wal_delivery reconciler: recording");
-	if (OidIsValid(get_extension_oid("wal_delivery", true)) &&
+	if (worker_xact_begin_in_extension("wal_delivery reconciler: recording") &&
 		SPI_execute_with_args("SELECT wal_delivery.record_reconciliation($1, $2)", 2, types, values,
 							  NULL, false, 1) == SPI_OK_SELECT)
 	{
@@ -179,10 +162,7 @@ record_outcome(DesiredTopic *topics, int count, int64 version)
 		published =
 			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
+	worker_xact_end();
 	return published;
 }
 
@@ -202,8 +182,7 @@ note_topics_to_create(DesiredTopic **missing, int n)
 	for (int i = 0; i < n; i++)
 		names[i] = CStringGetTextDatum(missing[i]->name);
 	values[0] = text_array(names, n);
-	worker_xact_begin("wal_delivery reconciler: noting topics to create");
-	if (OidIsValid(get_extension_oid("wal_delivery", true)))
+	if (worker_xact_begin_in_extension("wal_delivery reconciler: noting topics to create"))
 		spi_exec_or_fail("SELECT wal_delivery.note_topics_to_create($1)", 1, types, values);
 	worker_xact_end();
 }

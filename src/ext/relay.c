@@ -15,7 +15,6 @@
  */
 #include "postgres.h"
 
-#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -104,8 +103,7 @@ run_pass(int slot, PassResult *result)
 	if (marks == 0)
 		return;
 	failing_topics_new_pass();
-	worker_xact_begin("wal_delivery relay: claiming");
-	if (!OidIsValid(get_extension_oid("wal_delivery", true)))
+	if (!worker_xact_begin_in_extension("wal_delivery relay: claiming"))
 		result->extension_missing = true;
 	else
 	{

@@ -6,9 +6,12 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
@@ -32,6 +35,24 @@ worker_xact_begin(const char *activity)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+bool
+worker_xact_begin_in_extension(const char *activity)
+{
+	Oid extension;
+
+	worker_xact_begin(activity);
+	extension = get_extension_oid("wal_delivery", true);
+	if (!OidIsValid(extension))
+		return false;
+	/*
+	 * DROP EXTENSION locks the extension before its tables; a pass that took table locks
+	 * first, in another order, deadlocked with it. Once this lock is ours, the drop
+	 * waits for the transaction, and a drop that went first has committed: look again.
+	 */
+	LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+	return get_extension_oid("wal_delivery", true) == extension;
 }
 
 void

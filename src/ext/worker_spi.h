@@ -21,6 +21,13 @@ void worker_connect(void);
  * pg_stat_activity shows meanwhile. worker_xact_end commits it and shows idle.
  */
 void worker_xact_begin(const char *activity);
+
+/*
+ * worker_xact_begin, then whether wal_delivery is installed, holding a lock on the
+ * extension that makes a concurrent DROP EXTENSION wait for this transaction instead
+ * of deadlocking with it. Every transaction that reads wal_delivery's tables begins so.
+ */
+bool worker_xact_begin_in_extension(const char *activity);
 void worker_xact_end(void);
 
 /* Runs sql once; an SPI failure is an ERROR that names the statement. */

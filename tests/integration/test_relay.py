@@ -243,3 +243,38 @@ def test_drop_extension_does_not_hang_and_the_relay_picks_it_up_again(unique):
         make_topic(conn, topic)
         conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'y')", (topic,))
         wait_all_stored(conn, topic, 1, timeout=30)
+
+
+def test_drop_extension_while_the_background_workers_are_busy_never_deadlocks(unique):
+    """The relay's passes, its maintenance tasks and the reconciler read the extension's
+    tables in their own orders; DROP EXTENSION locks them in its own. Each of them first
+    takes a lock on the extension itself, which DROP EXTENSION takes before any table, so
+    the drop waits for their transaction instead of deadlocking with it (CI saw a drop
+    refused with 'deadlock detected', and the relay exit with one, on a busy database)."""
+    log_start = len(server_log())
+    with connect() as conn:
+        conn.execute("ALTER SYSTEM SET wal_delivery.maintenance_interval = '100ms'")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute("SET statement_timeout = '30s'")
+        try:
+            for cycle in range(12):
+                topics = [f"relay.busydrop.{unique}.{cycle}.{n}" for n in range(3)]
+                for topic in topics:
+                    make_topic(conn, topic)
+                with conn.transaction():
+                    for topic in topics:
+                        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, k::text) FROM generate_series(1, 700) k",
+                                     (topic,))
+                time.sleep(0.05 * (cycle % 4))  # catch the relay and maintenance at different points
+                conn.execute("DROP EXTENSION wal_delivery CASCADE")
+                conn.execute("CREATE EXTENSION wal_delivery")
+                ensure_extension()
+        finally:
+            conn.execute("ALTER SYSTEM RESET wal_delivery.maintenance_interval")
+            conn.execute("SELECT pg_reload_conf()")
+        deadlocks = [line for line in server_log()[log_start:].splitlines() if "deadlock detected" in line]
+        assert deadlocks == []
+        topic = f"relay.busydrop.{unique}.after"
+        make_topic(conn, topic)
+        conn.execute("SELECT wal_enqueue(%s, '{}'::jsonb, 'after')", (topic,))
+        wait_all_stored(conn, topic, 1, timeout=30)
