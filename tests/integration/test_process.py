@@ -599,6 +599,11 @@ def test_sigterm_mid_batch_gives_back_the_rows_it_has_not_started(tmp_path, uniq
     assert 1 <= started < 30, by_state
     assert by_state.get(("pending", 0)) == 30 - started, f"the rest back, no attempt spent: {by_state}"
     assert "event=stopped" in w.output()
+    # What was given back would be the next test's process worker's, 0.3 s a row; a
+    # deleted topic's rows are nobody's to claim.
+    with connect() as conn:
+        conn.execute("SET wal_delivery.force_delete = on")
+        assert conn.execute("DELETE FROM wal_delivery.topics WHERE name = %s", (topic,)).rowcount == 1
 
 
 # ------------------------------------------------------------------ who processors run as
