@@ -5,10 +5,12 @@
  */
 #include "offset_tracker.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 
 typedef struct partition_state partition_state;
 
@@ -31,6 +33,7 @@ struct partition_state
 	tracked_record *tail;
 	int64_t committable; /* next offset to consume; -1 until known */
 	int64_t committed;   /* last value handed out */
+	int64_t next_read;   /* one past the last offset opened; -1 until the first */
 	partition_state *next;
 };
 
@@ -38,12 +41,18 @@ struct offset_tracker
 {
 	partition_state *partitions;
 	int open_records;
+	metric *skipped;
 };
 
 offset_tracker *
 tracker_new(void)
 {
-	return calloc(1, sizeof(offset_tracker));
+	static const char *const topic[] = {"topic"};
+	offset_tracker *t = calloc(1, sizeof(offset_tracker));
+
+	t->skipped = metric_counter("wal_consumer_offsets_skipped_total",
+								"Offsets the consumer never read between two it read.", 1, topic);
+	return t;
 }
 
 static partition_state *
@@ -61,6 +70,7 @@ find_partition(offset_tracker *t, const char *topic, int32_t partition, bool cre
 	p->partition = partition;
 	p->committable = -1;
 	p->committed = -1;
+	p->next_read = -1;
 	p->next = t->partitions;
 	t->partitions = p;
 	return p;
@@ -98,11 +108,36 @@ advance(partition_state *p)
 	}
 }
 
+/*
+ * Wal_delivery's producers write every offset of its topics, so offsets a consumer jumps
+ * over within a partition are records it never read: removed by retention before they
+ * were, or a client fault; on a topic another producer writes, also the markers of its
+ * transactions. The jump would be committed like any read: say so, once per jump.
+ */
+static void
+note_skipped(offset_tracker *t, partition_state *p, int64_t offset)
+{
+	if (p->next_read >= 0 && offset > p->next_read)
+	{
+		const char *labels[] = {p->topic};
+
+		metric_add(t->skipped, (double) (offset - p->next_read), labels);
+		log_warn("event=offsets_skipped topic=%s partition=%" PRId32 " from=%" PRId64
+				 " to=%" PRId64 " count=%" PRId64
+				 " msg=\"never read: records removed by retention, transaction markers of "
+				 "another producer, or a client fault\"",
+				 p->topic, p->partition, p->next_read, offset - 1, offset - p->next_read);
+	}
+	p->next_read = offset + 1;
+}
+
 tracked_record *
 tracker_open(offset_tracker *t, const char *topic, int32_t partition, int64_t offset, int copies)
 {
 	partition_state *p = find_partition(t, topic, partition, true);
 	tracked_record *r = calloc(1, sizeof(*r));
+
+	note_skipped(t, p, offset);
 
 	r->partition = p;
 	r->offset = offset;

@@ -23,7 +23,11 @@ typedef struct tracked_record tracked_record;
 offset_tracker *tracker_new(void);
 void tracker_free(offset_tracker *tracker);
 
-/* A consumed record with `copies` outstanding copies (0: done at once). */
+/*
+ * A consumed record with `copies` outstanding copies (0: done at once). An offset past
+ * the one after the partition's last is a jump the watermark would commit over: counted
+ * in wal_consumer_offsets_skipped_total{topic} and logged (event=offsets_skipped).
+ */
 tracked_record *tracker_open(offset_tracker *tracker, const char *topic, int32_t partition,
 							 int64_t offset, int copies);
 
