@@ -1132,6 +1132,15 @@ def main():
         import verdict
         checks = verdict.judge(out)
         verdict_ok = all(c["ok"] for c in checks)
+        lost = json.loads((out / "verdict.json").read_text())["figures"].get("lost")
+        if lost:
+            try:
+                import trace_lost
+                found = trace_lost.trace(env.settings["KAFKA_BOOTSTRAP"], groups, lost, out)
+                log(f"lost records traced into lost-trace.json: {len(found['copies'])} copies in the"
+                    f" retry steps and the DLQ, committed {json.dumps(found['committed'])}")
+            except Exception as e:
+                log(f"tracing the lost records failed: {type(e).__name__}: {e}")
         try:
             import report
             page = report.render(out)

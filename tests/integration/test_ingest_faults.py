@@ -68,8 +68,23 @@ def test_brokers_down_mid_load_fall_back_to_the_outbox_and_ship_later(ingest, ka
     report(f"ingest brokers-down: {load.count(201)} answered 201, {load.count(202)} answered 202, "
            f"{len(missing)} missing in Kafka, {dupes} duplicates, "
            f"{ingest.metric('wal_ingest_late_kafka_acks_total'):.0f} late acks")
-    assert not missing, f"{len(missing)} acknowledged records are not in Kafka"
+    assert not missing, f"{len(missing)} acknowledged records are not in Kafka: " + missing_detail(
+        load, missing, topic, ingest)
     assert ingest.metric("wal_ingest_fallbacks_total", reason="kafka_down") > 0
+
+
+def missing_detail(load, missing, topic, ingest):
+    """What a failure needs to tell where a record went: its answer, its outbox row (if
+    the outbox took it) and the ingest log lines that name it."""
+    with connect() as conn:
+        rows = dict(conn.execute("SELECT idempotency_key, state::text FROM wal_delivery.outbox"
+                                 " WHERE topic = %s AND idempotency_key = ANY(%s)",
+                                 (topic, list(missing))).fetchall())
+    answers = {a[2]: a for a in load.answers if a[2] in missing}
+    lines = [line for line in ingest.output().splitlines() if any(k in line for k in missing)]
+    return "; ".join(f"{k}: answered {answers[k][3]} ({answers[k][4]}) after {answers[k][1]:.2f} s"
+                     f" at {answers[k][0]:.3f}, outbox {rows.get(k, 'no row')}" for k in sorted(missing)) + (
+        "\n" + "\n".join(lines[-20:]) if lines else "; no ingest log line names them")
 
 
 def test_postgres_down_keeps_the_direct_path_and_both_down_answer_503(ingest, kafka_bootstrap,
