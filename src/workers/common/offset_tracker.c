@@ -122,8 +122,8 @@ note_skipped(offset_tracker *t, partition_state *p, int64_t offset)
 		const char *labels[] = {p->topic};
 
 		metric_add(t->skipped, (double) (offset - p->next_read), labels);
-		log_warn("event=offsets_skipped topic=%s partition=%" PRId32 " from=%" PRId64
-				 " to=%" PRId64 " count=%" PRId64
+		log_warn("event=offsets_skipped topic=%s partition=%" PRId32 " from=%" PRId64 " to=%" PRId64
+				 " count=%" PRId64
 				 " msg=\"never read: records removed by retention, transaction markers of "
 				 "another producer, or a client fault\"",
 				 p->topic, p->partition, p->next_read, offset - 1, offset - p->next_read);
