@@ -21,27 +21,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 
-/* The value of a rendered metric line that starts with `series` followed by a space. */
-static double
-metric_value(const char *series)
-{
-	char *text = metrics_render();
-	const char *p = text;
-	double v = 0;
-
-	while (p && *p)
-	{
-		if (strncmp(p, series, strlen(series)) == 0 && p[strlen(series)] == ' ')
-		{
-			v = atof(p + strlen(series) + 1);
-			break;
-		}
-		p = strchr(p, '\n');
-		p = p ? p + 1 : NULL;
-	}
-	free(text);
-	return v;
-}
+#include "metric_value.h"
 
 static double
 ms_since(const struct timespec *t0)
